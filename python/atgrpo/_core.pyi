@@ -5,8 +5,31 @@ Import from `atgrpo` instead; this module's API may change without notice.
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import final
 
 __version__: str
+
+# Every public name of the module (stubtest compares this list with the runtime's).
+__all__ = [
+    "__version__",
+    "AtgrpoError",
+    "InternalError",
+    "UnknownTaskError",
+    "InvalidConfigError",
+    "InvalidEnvIdError",
+    "DuplicateEnvIdError",
+    "LengthMismatchError",
+    "PoolClosedError",
+    "EnvNotReadyError",
+    "SnapshotError",
+    "GenerationError",
+    "KernelShapeError",
+    "KernelArgumentError",
+    "SampleTooLongError",
+    "EnvPool",
+    "_panic_for_test",
+    "TASKS",
+]
 
 # ---- errors (rust/python/src/errors.rs) ----
 class AtgrpoError(Exception): ...
@@ -25,5 +48,40 @@ class KernelArgumentError(AtgrpoError): ...
 class SampleTooLongError(AtgrpoError): ...
 
 # ---- env pool (rust/python/src/envpool.rs) ----
+TASKS: list[str]
+
+@final
+class EnvPool:
+    def __new__(cls, task: str, num_envs: int, config_json: str = "{}") -> EnvPool: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def num_envs(self) -> int: ...
+    @property
+    def config_json(self) -> str: ...
+    def reset(self, env_ids: npt.NDArray[np.int64], seeds: npt.NDArray[np.uint64], split: str) -> list[str]: ...
+    def step(
+        self, env_ids: npt.NDArray[np.int64], actions: list[str | bytes | None]
+    ) -> tuple[
+        list[str],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+    ]: ...
+    def fork(self, src_id: int, dst_ids: npt.NDArray[np.int64]) -> None: ...
+    def render(self, env_ids: npt.NDArray[np.int64]) -> list[str]: ...
+    def solve(self, env_ids: npt.NDArray[np.int64]) -> tuple[list[str | None], npt.NDArray[np.uint32]]: ...
+    def status(
+        self, env_ids: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]: ...
+    def snapshot(self, env_ids: npt.NDArray[np.int64]) -> list[bytes]: ...
+    def restore(self, env_ids: npt.NDArray[np.int64], blobs: list[bytes]) -> None: ...
+    def close(self) -> None: ...
+
+def _panic_for_test() -> None: ...
 
 # ---- kernels (rust/python/src/kernels.rs) ----
