@@ -1,0 +1,44 @@
+"""`atgrpo-bench`: throughput and latency of atgrpo's parts, each beside an in-run reference.
+
+    atgrpo-bench env            # env pool vs the pure-Python reference
+    atgrpo-bench kernels        # advantage kernel vs a Python dict loop and numpy
+    atgrpo-bench all --quick    # everything, fewer repeats
+
+Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
+machines are shared, so read the ratios, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from pathlib import Path
+
+from atgrpo.bench.report import BenchRow, print_table, write_json
+
+SUITES = {"env": "atgrpo.bench.env", "kernels": "atgrpo.bench.kernels"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="atgrpo-bench", description=__doc__.split("\n")[0])
+    parser.add_argument("suite", choices=[*SUITES, "all"], help="what to measure")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (seconds, for smoke runs)")
+    parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench-results/)")
+    args = parser.parse_args(argv)
+
+    # One core, as the targets are stated: keep BLAS/torch thread pools from skewing the references.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    rows: list[BenchRow] = []
+    for name in names:
+        rows += importlib.import_module(SUITES[name]).run(args.quick)
+    print_table(rows)
+    path = args.json or Path("bench-results") / f"{args.suite}.json"
+    write_json(rows, path)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
