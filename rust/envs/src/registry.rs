@@ -88,9 +88,23 @@ pub fn parse_config<T: Task>(json: &str) -> Result<(T::Config, Common)> {
             common_map.insert(key.to_string(), v);
         }
     }
-    let common: Common = serde_json::from_value(Value::Object(common_map)).map_err(|e| invalid(e.to_string()))?;
-    let config: T::Config = serde_json::from_value(Value::Object(map)).map_err(|e| invalid(e.to_string()))?;
+    let common: Common = typed(common_map).map_err(invalid)?;
+    let config: T::Config = typed(map).map_err(invalid)?;
     Ok((config, common))
+}
+
+/// Deserialises a config object; on failure names the offending key (serde's own message does not).
+fn typed<C: serde::de::DeserializeOwned>(map: Map<String, Value>) -> std::result::Result<C, String> {
+    serde_json::from_value(Value::Object(map.clone())).map_err(|err| {
+        // Every field has a default, so a one-key object fails exactly when that key is bad.
+        let culprit = map.into_iter().find(|(k, v)| {
+            serde_json::from_value::<C>(Value::Object(Map::from_iter([(k.clone(), v.clone())]))).is_err()
+        });
+        match culprit {
+            Some((key, value)) => format!("key `{key}` = {value}: {err}"),
+            None => err.to_string(),
+        }
+    })
 }
 
 fn build<T: Task>(num_envs: usize, json: &str) -> Result<Box<dyn AnyPool>> {
