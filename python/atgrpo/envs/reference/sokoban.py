@@ -152,6 +152,7 @@ class SokobanRef:
             if len(room.reachable(set(), player)) != len(interior) - n_walls:
                 continue
             boxes = set(targets)
+            best = (0, set(boxes), player)
             for _ in range(cfg.reverse_steps):
                 move = ORDER[rng.below(4)]
                 off = room.offsets[move]
@@ -159,10 +160,14 @@ class SokobanRef:
                 if nxt in walls or nxt in boxes:
                     continue
                 behind = player - off
-                if behind in boxes and rng.below(2) == 0:
+                if behind in boxes:
                     boxes.remove(behind)
                     boxes.add(player)
                 player = nxt
+                score = sum(min(abs(b // w - t // w) + abs(b % w - t % w) for t in targets) for b in boxes)
+                if score > best[0]:
+                    best = (score, set(boxes), player)
+            boxes, player = best[1], best[2]
             if boxes == targets:
                 continue
             if split_of_level(room.canonical_bytes(boxes, player)) != split:

@@ -6,8 +6,8 @@
 //!   terminal failure), ends the move list.
 //! - Shaping: `local = (on_target_after - on_target_before) / boxes + n_invalid * invalid_move_penalty`.
 //! - Solved when every box is on a target; `failed` when a box sits on a dead square.
-//! - Levels come from reverse play (random walk with pulls from the solved position), so every level
-//!   is solvable; the push-optimal solver then verifies it and records its optimal push count, and
+//! - Levels come from reverse play (a random walk from the solved position that pulls any box it
+//!   walks away from; the most scrambled placement along the walk is kept), so every level is solvable; the push-optimal solver then verifies it and records its optimal push count, and
 //!   only levels with `min_pushes <= optimal <= max_pushes` are kept.
 
 mod bits;
@@ -90,6 +90,15 @@ fn interior_cells(w: usize, h: usize) -> Vec<usize> {
     (1..h - 1).flat_map(|r| (1..w - 1).map(move |c| r * w + c)).collect()
 }
 
+/// Sum over boxes of the Manhattan distance to the nearest target: how scrambled a placement is.
+fn spread(level: &Level, boxes: &Cells) -> usize {
+    let w = level.width;
+    boxes
+        .iter()
+        .map(|b| level.targets.iter().map(|t| (b / w).abs_diff(t / w) + (b % w).abs_diff(t % w)).min().unwrap_or(0))
+        .sum()
+}
+
 fn wall_count(cfg: &SokobanConfig) -> usize {
     let interior = (cfg.width as usize - 2) * (cfg.height as usize - 2);
     (cfg.wall_ratio * interior as f64) as usize
@@ -162,6 +171,9 @@ impl Task for Sokoban {
                 continue;
             }
             let mut boxes = targets;
+            // Keep the placement along the walk whose boxes stand farthest from the targets: the
+            // walk's end is often a box dragged back next to where it started.
+            let mut best = (0, boxes, player);
             for _ in 0..cfg.reverse_steps {
                 let dir = Dir::ALL[rng.below(4)];
                 let next = level.step(player, dir);
@@ -169,12 +181,17 @@ impl Task for Sokoban {
                     continue;
                 }
                 let behind = (player as isize - level.offset(dir)) as usize;
-                if boxes.has(behind) && rng.below(2) == 0 {
+                if boxes.has(behind) {
                     boxes.unset(behind);
                     boxes.set(player);
                 }
                 player = next;
+                let score = spread(&level, &boxes);
+                if score > best.0 {
+                    best = (score, boxes, player);
+                }
             }
+            (boxes, player) = (best.1, best.2);
             if boxes == targets {
                 continue;
             }
