@@ -372,8 +372,11 @@ class SudokuRef:
         return render_grid(self.geo, self.board)
 
     def solve(self) -> str | None:
-        """The solution grid as a grid answer; stepping it solves the board from any state."""
-        return format_grid(self.geo, self.solution)
+        """Runs the solver on the givens, like `Sudoku::solve`; stepping the answer solves the board."""
+        solver = _Solver(self.geo, list(self.givens))
+        if not solver.solve():
+            return None
+        return format_grid(self.geo, solver.grid)
 
     def optimal_len(self) -> int:
         return self.empty_start
