@@ -10,7 +10,7 @@ import pytest
 from atgrpo.bench import env as env_bench
 
 
-@pytest.mark.parametrize("suite", ["env"])
+@pytest.mark.parametrize("suite", ["env", "kernels"])
 def test_bench_cli_writes_a_table_and_json(suite: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(

@@ -85,3 +85,58 @@ class EnvPool:
 def _panic_for_test() -> None: ...
 
 # ---- kernels (rust/python/src/kernels.rs) ----
+# Semantics, shapes and defaults: `atgrpo.kernels` (the facade); every argument here is required.
+__all__ += [
+    "group_ids",
+    "group_advantages",
+    "compute_advantages",
+    "mix_rewards",
+    "plan_microbatches",
+    "pad_batch",
+    "pack_batch",
+]
+
+# (mean, std, size, num_singleton, num_constant, num_empty, num_nonfinite)
+_GroupStats = tuple[
+    npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], int, int, int, int
+]
+
+def group_ids(
+    env: npt.NDArray[np.int64], agent: npt.NDArray[np.int64], turn: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], int]: ...
+def group_advantages(
+    group_ids: npt.NDArray[np.int64], rewards: npt.NDArray[np.float64], num_groups: int, eps: float, ddof: int
+) -> tuple[npt.NDArray[np.float64], _GroupStats]: ...
+def compute_advantages(
+    env: npt.NDArray[np.int64],
+    agent: npt.NDArray[np.int64],
+    turn: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float64],
+    eps: float,
+    ddof: int,
+) -> tuple[npt.NDArray[np.int64], int, npt.NDArray[np.float64], _GroupStats]: ...
+def mix_rewards(
+    team: npt.NDArray[np.float64], local: npt.NDArray[np.float64], alpha: float
+) -> npt.NDArray[np.float64]: ...
+def plan_microbatches(lengths: npt.NDArray[np.int64], max_tokens: int) -> list[npt.NDArray[np.int64]]: ...
+def pad_batch(
+    tokens: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    prompt_lens: npt.NDArray[np.int64],
+    advantages: npt.NDArray[np.float64],
+    indices: npt.NDArray[np.int64],
+    pad_id: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.float32]]: ...
+def pack_batch(
+    tokens: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    prompt_lens: npt.NDArray[np.int64],
+    advantages: npt.NDArray[np.float64],
+    indices: npt.NDArray[np.int64],
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.float32],
+]: ...
