@@ -67,14 +67,14 @@ impl Level {
         (!self.blocked[next]).then_some(next)
     }
 
-    fn distances_from(width: usize, height: usize, blocked: &[bool], goal: usize) -> Vec<u16> {
-        let mut dist = vec![UNREACHABLE; width * height];
-        let probe = Level { width, height, blocked: blocked.to_vec(), start: goal, goal, dist: Vec::new() };
-        let mut queue = VecDeque::from([goal]);
-        dist[goal] = 0;
+    /// BFS distances of every cell to the goal (`UNREACHABLE` where there is none).
+    fn distances(&self) -> Vec<u16> {
+        let mut dist = vec![UNREACHABLE; self.width * self.height];
+        let mut queue = VecDeque::from([self.goal]);
+        dist[self.goal] = 0;
         while let Some(cell) = queue.pop_front() {
             for dir in Dir::ALL {
-                if let Some(next) = probe.neighbour(cell, dir) {
+                if let Some(next) = self.neighbour(cell, dir) {
                     if dist[next] == UNREACHABLE {
                         dist[next] = dist[cell] + 1;
                         queue.push_back(next);
@@ -86,8 +86,9 @@ impl Level {
     }
 
     fn new(width: usize, height: usize, blocked: Vec<bool>, start: usize, goal: usize) -> Self {
-        let dist = Self::distances_from(width, height, &blocked, goal);
-        Self { width, height, blocked, start, goal, dist }
+        let mut level = Self { width, height, blocked, start, goal, dist: Vec::new() };
+        level.dist = level.distances();
+        level
     }
 
     /// Canonical bytes: the split hash input and the snapshot body.

@@ -3,6 +3,12 @@
 use super::bits::Cells;
 use crate::parse::Dir;
 
+/// Whether `cell` lies on the outer ring of a `width` x `height` grid (always wall).
+pub fn is_border(width: usize, height: usize, cell: usize) -> bool {
+    let (r, c) = (cell / width, cell % width);
+    r == 0 || c == 0 || r + 1 == height || c + 1 == width
+}
+
 #[derive(Debug, PartialEq)]
 pub struct Level {
     pub width: usize,
@@ -36,39 +42,27 @@ impl Level {
     }
 
     pub fn is_border(&self, cell: usize) -> bool {
-        let (r, c) = (cell / self.width, cell % self.width);
-        r == 0 || c == 0 || r + 1 == self.height || c + 1 == self.width
+        is_border(self.width, self.height, cell)
     }
 
     /// Cells from which a box can be pushed to some target on an otherwise empty board (found by
     /// pulling boxes away from every target); every other floor cell is dead.
-    pub fn dead_squares(width: usize, height: usize, walls: &Cells, targets: &Cells) -> Cells {
-        let probe = Level {
-            width,
-            height,
-            walls: *walls,
-            targets: *targets,
-            dead: Cells::default(),
-            num_boxes: 0,
-            start_player: 0,
-            start_boxes: Cells::default(),
-            optimal_pushes: 0,
-        };
-        let mut live = *targets;
-        let mut stack: Vec<usize> = targets.iter().collect();
+    pub fn dead_squares(&self) -> Cells {
+        let mut live = self.targets;
+        let mut stack: Vec<usize> = self.targets.iter().collect();
         while let Some(cell) = stack.pop() {
             for dir in Dir::ALL {
-                let from = probe.step(cell, dir);
-                let player = probe.step(from, dir);
-                if !walls.has(from) && !walls.has(player) && !live.has(from) {
+                let from = self.step(cell, dir);
+                let player = self.step(from, dir);
+                if !self.walls.has(from) && !self.walls.has(player) && !live.has(from) {
                     live.set(from);
                     stack.push(from);
                 }
             }
         }
         let mut dead = Cells::default();
-        for cell in 0..width * height {
-            if !walls.has(cell) && !live.has(cell) {
+        for cell in 0..self.width * self.height {
+            if !self.walls.has(cell) && !live.has(cell) {
                 dead.set(cell);
             }
         }

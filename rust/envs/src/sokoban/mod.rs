@@ -139,12 +139,7 @@ impl Task for Sokoban {
         let n_boxes = cfg.boxes as usize;
         let interior = interior_cells(w, h);
         let mut border = Cells::default();
-        for cell in 0..w * h {
-            let (r, c) = (cell / w, cell % w);
-            if r == 0 || c == 0 || r + 1 == h || c + 1 == w {
-                border.set(cell);
-            }
-        }
+        (0..w * h).filter(|&cell| level::is_border(w, h, cell)).for_each(|cell| border.set(cell));
         let mut rng = SplitMix64::for_level(seed, split);
         let mut cells = interior.clone();
         for _ in 0..MAX_ATTEMPTS {
@@ -198,7 +193,7 @@ impl Task for Sokoban {
             if split_of_level(&level.canonical_bytes(&boxes, player)) != split {
                 continue;
             }
-            level.dead = Level::dead_squares(w, h, &walls, &targets);
+            level.dead = level.dead_squares();
             let Some(pushes) = solve_pushes(&level, boxes, player, cfg.max_solver_states as usize) else {
                 continue;
             };
@@ -325,7 +320,7 @@ impl Task for Sokoban {
         for (what, p, b) in [("start player", start_player, &start_boxes), ("player", player, &boxes)] {
             ensure(p < n && !walls.has(p) && !b.has(p), || format!("{what} cell {p} is outside, on a wall or on a box"))?;
         }
-        level.dead = Level::dead_squares(w, h, &walls, &targets);
+        level.dead = level.dead_squares();
         Ok(Self { level: Arc::new(level), boxes, player, max_solver_states: cfg.max_solver_states as usize })
     }
 }
