@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import atgrpo
-from atgrpo.envs.reference import as_utf8, make_episode
+from atgrpo.envs.reference import make_episode
+
+from pool_vs_reference import step_both
 
 CONFIGS = {
     "planpath": [{}, {"width": 6, "height": 4, "obstacle_ratio": 0.3, "min_distance": 2}],
@@ -39,12 +41,7 @@ def _run(task: str, cfg: dict, seed: int, split: str, actions: list) -> None:
     for act in actions:
         if act == "SOLVE":
             act = pool.solve([0]).plans[0]
-        out = pool.step([0], [act])
-        rec = ref.step(as_utf8(act))
-        got = (out.obs[0], out.reward[0], out.reward_team[0], out.reward_local[0], out.done[0], out.success[0],
-               out.truncated[0], out.valid[0])
-        want = (rec.obs, rec.reward, rec.reward_team, rec.reward_local, rec.done, rec.success, rec.truncated,
-                rec.valid)
+        got, want, rec = step_both(pool, ref, act)
         assert got == want, f"{task} {cfg} seed={seed} split={split} action={act!r}"
         if rec.done:
             break

@@ -16,6 +16,7 @@ from atgrpo import errors
 from atgrpo.envs.reference import make_episode
 from atgrpo.envs.reference.common import Common, Outcome
 from atgrpo.envs.reference.parse import as_utf8
+from pool_vs_reference import step_both
 from atgrpo.envs.reference.rng import split_of_level
 from atgrpo.envs.reference.sudoku import (
     GRID,
@@ -317,12 +318,7 @@ def test_pool_matches_reference(cfg: dict, seeds: range, split: str) -> None:
             if act == "SOLVE":
                 act = pool.solve([0]).plans[0]
                 assert act == state.solve()
-            out = pool.step([0], [act])
-            rec = ep.step(as_utf8(act))
-            got = (out.obs[0], out.reward[0], out.reward_team[0], out.reward_local[0], out.done[0], out.success[0],
-                   out.truncated[0], out.valid[0])
-            want = (rec.obs, rec.reward, rec.reward_team, rec.reward_local, rec.done, rec.success, rec.truncated,
-                    rec.valid)
+            got, want, rec = step_both(pool, ep, act)
             assert got == want, (cfg, seed, split, act)
         assert rec.success and rec.done
 
