@@ -1,0 +1,210 @@
+"""The run config: typed, validated, documented, loaded from TOML with `a.b=value` overrides.
+
+One `RunConfig` describes the whole run; the launcher hands the same file to the learner and to every
+actor, each of which reads the sections it needs. Unknown keys are errors (`extra="forbid"`), so a
+typo never silently falls back to a default. Sections stay one level deep on purpose.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from atgrpo.models.tiny import TinyModelSpec
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunSection(_Section):
+    name: str = "planpath-atgrpo"
+    """Run id: stamped on every sample; a sample of another run is rejected."""
+    out_dir: str = "runs/planpath-atgrpo"
+    """Checkpoints, metrics.jsonl, TensorBoard events and the learning curve go here."""
+    seed: int = 0
+    """Seeds torch, the data cursor and sampling."""
+    steps: int = 60
+    """Training steps (one optimizer update per policy per step, times `train.minibatches`)."""
+    eval_every: int = 0
+    """Evaluate on held-out seeds every this many steps (0: only before and after training)."""
+    eval_seeds: int = 200
+    """Number of held-out evaluation levels (split "eval", disjoint from training levels)."""
+    checkpoint_every: int = 20
+    """Save a resumable checkpoint every this many steps (and always at the end or on Ctrl-C)."""
+    resume: bool = True
+    """Continue from the newest checkpoint in out_dir if there is one."""
+    time_limit_s: float = 0.0
+    """Stop training (checkpoint, final eval) after this many seconds of training; 0 = no limit."""
+
+
+class TaskSection(_Section):
+    task: Literal["planpath", "sokoban", "sudoku"] = "planpath"
+    env: dict[str, Any] = Field(default_factory=dict)
+    """Env keys passed to `EnvPool` (see envs/<task>/README.md). `max_steps` is set to `turns`."""
+    roles: list[str] = Field(default_factory=lambda: ["tool", "plan"])
+    """Agents in turn order. `["plan"]` is the single-agent baseline."""
+    turns: int = 4
+    """T: the turn limit of an episode."""
+    prompts: Literal["compact", "paper"] = "compact"
+    """Template set under envs/<task>/prompts/: compact for the tiny model, paper for chat models."""
+
+    @model_validator(mode="after")
+    def _roles_known(self) -> "TaskSection":
+        unknown = set(self.roles) - {"tool", "plan"}
+        if unknown or not self.roles or len(set(self.roles)) != len(self.roles):
+            raise ValueError(f"roles must be distinct names among 'tool', 'plan'; got {self.roles}")
+        if "plan" not in self.roles:
+            raise ValueError("the plan agent acts on the env; roles must include 'plan'")
+        return self
+
+
+class PolicySection(_Section):
+    path: str | None = None
+    """Local HF-format folder. None builds the tiny model (`tiny`) under out_dir."""
+    tiny: TinyModelSpec = Field(default_factory=TinyModelSpec)
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+
+
+class RolloutSection(_Section):
+    k: int = 4
+    """K: candidates per (env, agent, turn)."""
+    envs_per_step: int = 32
+    """Environments per training step (each yields K samples per agent-turn)."""
+    envs_per_unit: int = 8
+    """Environments per work unit handed to an actor."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 24
+    sampling: Literal["tree", "parallel"] = "tree"
+    """tree: branch K ways at every agent-turn and carry the best on; parallel: K independent episodes."""
+    grouping: Literal["agent_turn", "trajectory"] = "agent_turn"
+    """agent_turn: group key (env, agent, turn); trajectory: key env, reward = episode return."""
+    selection: Literal["greedy", "random"] = "greedy"
+    """Which branch carries on in tree sampling: the best reward (ties: lowest index) or a random one."""
+    engine: Literal["torch", "vllm"] = "torch"
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RolloutSection":
+        if self.k < 1 or self.envs_per_step < 1 or self.envs_per_unit < 1:
+            raise ValueError("k, envs_per_step and envs_per_unit must be >= 1")
+        if self.grouping == "trajectory" and self.sampling == "tree":
+            raise ValueError("trajectory grouping needs sampling = 'parallel' (K whole episodes per env)")
+        return self
+
+
+class TrainSection(_Section):
+    backend: Literal["torch", "deepspeed"] = "torch"
+    zero_stage: int = Field(default=1, ge=0, le=3)
+    """DeepSpeed ZeRO stage (deepspeed backend only)."""
+    clip_eps: float = 0.2
+    grad_clip: float = 1.0
+    minibatches: int = 1
+    """Optimizer steps per training step: the step's samples are split into this many mini-batches."""
+    micro_batch_tokens: int = 8192
+    """Token budget of one forward/backward (prompt + response tokens, padded)."""
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0
+    max_staleness: int = 0
+    """0: strict on-policy, every sample of another version is rejected. k > 0: accept up to k versions
+    old and correct with truncated importance sampling (`is_cap`)."""
+    is_cap: float = 2.0
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str = "cpu"
+
+
+class WarmstartSection(_Section):
+    steps: int = 150
+    """Supervised steps on solver demonstrations before RL (0: start from the model as is)."""
+    batch_size: int = 32
+    lr: float = 1e-3
+    tool_noise: float = 0.5
+    """Fraction of demos whose tool answer is corrupted, so the plan agent learns to check it."""
+
+
+class TransportSection(_Section):
+    endpoint: str = ""
+    """Hub address, `tcp://host:port` or `ipc:///path`. Empty: ipc in a private dir under out_dir."""
+    request_timeout_s: float = 60.0
+    """An actor waiting this long for any answer from the hub gives up with an error."""
+    unit_timeout_s: float = 120.0
+    """A unit not finished this long after it was handed out is reassigned (its actor is presumed dead)."""
+    step_timeout_s: float = 1800.0
+    """The hub stops with an error if a step collects no sample for this long."""
+    max_message_bytes: int = 256 * 1024 * 1024
+
+
+class LaunchSection(_Section):
+    actors: int = 1
+    """Actor processes `atgrpo-train` starts on this host."""
+    threads_per_process: int = 1
+    """torch intra-op threads per process (the learner and each actor)."""
+
+
+class MetricsSection(_Section):
+    tensorboard: bool = True
+    wandb: bool = False
+    """Log to Weights & Biases too (needs `wandb` installed and configured)."""
+
+
+class RunConfig(_Section):
+    run: RunSection = Field(default_factory=RunSection)
+    task: TaskSection = Field(default_factory=TaskSection)
+    policies: dict[str, PolicySection] = Field(default_factory=lambda: {"shared": PolicySection()})
+    """Policy name -> model. One entry: single-policy regime (role prompts on a shared model)."""
+    role_policy: dict[str, str] = Field(default_factory=dict)
+    """Role -> policy name. Empty maps every role to the only policy."""
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    warmstart: WarmstartSection = Field(default_factory=WarmstartSection)
+    transport: TransportSection = Field(default_factory=TransportSection)
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+
+    @model_validator(mode="after")
+    def _mapping(self) -> "RunConfig":
+        if not self.role_policy:
+            if len(self.policies) != 1:
+                raise ValueError("with several policies, role_policy must map every role to one of them")
+            only = next(iter(self.policies))
+            object.__setattr__(self, "role_policy", {r: only for r in self.task.roles})
+        missing = [r for r in self.task.roles if r not in self.role_policy]
+        unknown = {p for p in self.role_policy.values() if p not in self.policies}
+        if missing or unknown:
+            raise ValueError(f"role_policy: roles without a policy {missing}, unknown policies {sorted(unknown)}")
+        unused = set(self.policies) - {self.role_policy[r] for r in self.task.roles}
+        if unused:
+            raise ValueError(f"policies {sorted(unused)} serve no role")
+        return self
+
+    def roles_of(self, policy: str) -> list[str]:
+        return [r for r in self.task.roles if self.role_policy[r] == policy]
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a TOML file (or the defaults) and apply `section.key=value` overrides (values in TOML syntax)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form section.key=value")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw  # a bare word is a string
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part} is not a section")
+        node[leaf] = value
+    return RunConfig.model_validate(data)

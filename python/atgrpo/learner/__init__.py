@@ -1,0 +1,1 @@
+"""Learner side: loss, batching, backends (torch, DeepSpeed), the hub and the `atgrpo-learner` entry point."""

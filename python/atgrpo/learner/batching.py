@@ -1,0 +1,65 @@
+"""Turn a policy's samples of one step into padded micro-batches of torch tensors.
+
+Packing decisions (which sample goes in which micro-batch) come from the Rust kernels
+(`plan_microbatches`, first-fit decreasing by token count; `pad_batch`). Everything here is [B, L]
+right-padded; the loss shifts by one itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from atgrpo import kernels
+from atgrpo.messages import Sample
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor
+    """[B, L] int64, right-padded."""
+    attention_mask: torch.Tensor
+    """[B, L] int64, 1 on real tokens."""
+    loss_mask: torch.Tensor
+    """[B, L] bool, True where the token is a response token (it is *predicted* from position - 1)."""
+    advantages: torch.Tensor
+    """[B, L] float32, the sample's advantage on its response tokens."""
+    behaviour_logprobs: torch.Tensor
+    """[B, L] float32, the engine's log-probability of each response token, 0 elsewhere."""
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def make_microbatches(
+    samples: Sequence[Sample], advantages: np.ndarray, *, max_tokens: int, pad_id: int
+) -> list[MicroBatch]:
+    """All samples, split so that no micro-batch holds more than `max_tokens` (prompt + response) tokens."""
+    if not samples:
+        return []
+    lengths = np.array([len(s.prompt_ids) + len(s.response_ids) for s in samples], dtype=np.int64)
+    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter(
+        (t for s in samples for t in (*s.prompt_ids, *s.response_ids)), dtype=np.int64, count=int(offsets[-1])
+    )
+    prompt_lens = np.array([len(s.prompt_ids) for s in samples], dtype=np.int64)
+    out = []
+    for idx in kernels.plan_microbatches(lengths, max_tokens):
+        padded = kernels.pad_batch(tokens, offsets, prompt_lens, advantages, idx, pad_id=pad_id)
+        behaviour = np.zeros(padded.input_ids.shape, dtype=np.float32)
+        behaviour[padded.loss_mask] = np.concatenate([np.asarray(samples[i].logprobs, np.float32) for i in idx])
+        out.append(
+            MicroBatch(
+                input_ids=torch.from_numpy(padded.input_ids),
+                attention_mask=torch.from_numpy(padded.attention_mask.astype(np.int64)),
+                loss_mask=torch.from_numpy(padded.loss_mask),
+                advantages=torch.from_numpy(padded.token_advantages),
+                behaviour_logprobs=torch.from_numpy(behaviour),
+            )
+        )
+    return out

@@ -1,0 +1,174 @@
+"""Every record that crosses a process boundary, in one leaf module (it imports nothing of atgrpo).
+
+Each message is a `msgspec.Struct` with a `kind` tag, encoded as msgpack; there is no pickle anywhere
+on the wire. `PROTOCOL_VERSION` travels in every `Hello`; a peer speaking another version is refused.
+Tensors never go inside a struct: a `WeightsHeader` lists them and each one follows as its own raw
+ZMQ frame (see `atgrpo.transport.tensors`).
+
+Producer -> consumer is named on every class. "hub" is the learner's rank 0.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+
+class GroupKey(msgspec.Struct, frozen=True, array_like=True):
+    """AT-GRPO group of a sample: (env, agent, turn). `env` is the env's index within its step."""
+
+    env: int
+    agent: int
+    turn: int
+
+
+class Sample(msgspec.Struct, array_like=True):
+    """One sampled response and what it earned. Workflow (actor) -> hub -> learner.
+
+    Token-in, token-out: the learner trains on exactly these ids and never re-tokenises.
+    """
+
+    run_id: str
+    policy: str
+    """Which policy sampled it (the role mapping's value for `role`)."""
+    version: int
+    """The policy version whose weights produced it; the hub checks it in one place."""
+    step: int
+    role: str
+    key: GroupKey
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    """Behaviour log-probability of each response token, as the engine sampled it."""
+    reward: float
+    """alpha * reward_team + reward_local, the reward the advantage is computed from."""
+    reward_team: float
+    reward_local: float
+    success: bool = False
+    """The env was solved after this action (for metrics)."""
+    truncated_response: bool = False
+    """Generation hit max_new_tokens before end-of-sequence."""
+    branch: int = 0
+    """Which of the K branches of its env it belongs to (trajectory-level grouping dedups by it)."""
+
+
+class Hello(msgspec.Struct, tag="hello"):
+    """Actor -> hub, first message: who it is and which policies it can roll out."""
+
+    protocol: int
+    actor_id: str
+    run_id: str
+    policies: list[str]
+
+
+class Welcome(msgspec.Struct, tag="welcome"):
+    """Hub -> actor, answer to `Hello`: the current version of every policy."""
+
+    run_id: str
+    versions: dict[str, int]
+
+
+class Refused(msgspec.Struct, tag="refused"):
+    """Hub -> actor: the previous message was rejected (protocol, run id, malformed...). Not fatal."""
+
+    reason: str
+
+
+class WorkRequest(msgspec.Struct, tag="work_request"):
+    """Actor -> hub: give me a unit. Also the actor's heartbeat while idle."""
+
+    actor_id: str
+
+
+class WorkUnit(msgspec.Struct, tag="work_unit"):
+    """Hub -> actor: roll out these envs with exactly these policy versions."""
+
+    unit_id: int
+    step: int
+    seeds: list[int]
+    env_offset: int
+    """Global env index of `seeds[0]` within the step (group keys use it, so units never collide)."""
+    split: str
+    versions: dict[str, int]
+    greedy: bool = False
+    """Evaluation: one greedy branch, no training samples wanted."""
+
+
+class NoWork(msgspec.Struct, tag="no_work"):
+    """Hub -> actor: nothing to do now (step complete, weights not published); ask again later."""
+
+    retry_after_s: float
+    reason: str
+
+
+class Shutdown(msgspec.Struct, tag="shutdown"):
+    """Hub -> actor: the run is over; exit cleanly."""
+
+    reason: str
+
+
+class EnvResult(msgspec.Struct, array_like=True):
+    """Outcome of one env of a unit. Actor -> hub (inside `SampleBatch`)."""
+
+    env: int
+    success: bool
+    turns: int
+    episode_return: float
+
+
+class SampleBatch(msgspec.Struct, tag="samples"):
+    """Actor -> hub: finished groups of a unit, streamed as they complete.
+
+    The hub stages them per unit and commits them only with the `last` batch, so a unit whose actor
+    dies is dropped whole and reassigned: a step never trains on half a unit.
+    """
+
+    actor_id: str
+    unit_id: int
+    samples: list[Sample]
+    last: bool
+    env_results: list[EnvResult] = []
+    """With `last`: one row per env of the unit (success, return) for rollout metrics."""
+    timings: dict[str, float] = {}
+    """With `last`: seconds spent in generate / env / weight sync while doing the unit."""
+
+
+class SampleAck(msgspec.Struct, tag="ack"):
+    """Hub -> actor: how many samples of the batch were accepted (the rest were rejected as stale)."""
+
+    unit_id: int
+    accepted: int
+    rejected: int
+
+
+class WeightsRequest(msgspec.Struct, tag="weights_request"):
+    """Actor -> hub: send weights of `policy` at `version` (-1: the newest published)."""
+
+    actor_id: str
+    policy: str
+    version: int
+
+
+class TensorMeta(msgspec.Struct, array_like=True):
+    """One tensor of a weights message; its bytes are raw frame number `frame` after the header."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    frame: int
+    checksum: int
+    """crc32 of the frame's bytes."""
+
+
+class WeightsHeader(msgspec.Struct, tag="weights"):
+    """Hub -> actor: a complete set of weights; `len(tensors)` raw frames follow this header."""
+
+    policy: str
+    version: int
+    tensors: list[TensorMeta]
+
+
+Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
+    WeightsRequest | WeightsHeader
+)
