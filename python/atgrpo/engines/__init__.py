@@ -1,0 +1,1 @@
+"""Rollout engines: `RolloutEngine` interface, the torch backend, and a lazily imported vLLM adapter."""

@@ -1,0 +1,56 @@
+"""The rollout engine interface every backend implements (torch here, vLLM on GPUs).
+
+Token-in, token-out: prompts are token ids, completions are token ids with the log-probability the
+engine sampled each token with (under the sampling temperature), so the learner can train on exactly
+what was generated and compare its own log-probabilities with the engine's.
+An engine holds one policy at one version at a time; `load_weights` replaces it whole.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+    """Argmax decoding (evaluation); logprobs are then those of the temperature-1 distribution."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generation of a sequence ends after any of these (the tokenizer's EOS is always one)."""
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    """Generated ids, the stop token included when one was produced."""
+    logprobs: list[float]
+    """One per generated token."""
+    finished: bool
+    """A stop token ended it (False: it hit max_new_tokens)."""
+
+
+@dataclass
+class EngineStats:
+    generate_s: float = 0.0
+    sequences: int = 0
+    tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class RolloutEngine(abc.ABC):
+    policy: str
+    version: int
+
+    @abc.abstractmethod
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
+        """One completion per prompt, in order. Prompts are batched together by the engine."""
+
+    @abc.abstractmethod
+    def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        """Install a full set of weights (HF parameter names) as `version`."""

@@ -1,0 +1,1 @@
+"""ZeroMQ transport: message codec, tensors as raw frames, hub and actor endpoints."""
