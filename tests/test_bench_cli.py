@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from atgrpo.bench import env as env_bench
+from atgrpo.bench import transport as transport_bench
 
 
 @pytest.mark.parametrize("suite", ["env", "kernels"])
@@ -29,3 +30,33 @@ def test_env_step_bench_measures_both_sides(monkeypatch: pytest.MonkeyPatch) -> 
     rows = env_bench._step_rows(quick=True)
     assert [r.name for r in rows] == [f"planpath step, batch {b}" for b in (1, 64, 256, 1024)]
     assert all(r.value > 0 and r.reference_value > 0 for r in rows)
+
+
+def test_transport_bench_writes_every_row(tmp_path: Path) -> None:
+    # `atgrpo-bench transport --quick --json <path>`, as the generic case above, plus its row names.
+    out = tmp_path / "transport.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "atgrpo.bench.cli", "transport", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ratio" in result.stdout
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert all(r["suite"] == "transport" for r in rows.values())
+    weights = [n for n in rows if n.startswith("weight sync")]
+    samples = [n for n in rows if n.startswith("SampleBatch")]
+    assert len(weights) == 4 and {n.rsplit(" ", 1)[-1] for n in weights} == {"ipc", "tcp"}
+    assert len(samples) == 2 and {n.rsplit(" ", 1)[-1] for n in samples} == {"ipc", "tcp"}
+    for name in weights:
+        row = rows[name]
+        assert row["unit"] == "GB/s" and row["value"] > 0 and row["reference_value"] > 0 and row["ratio"] > 0
+        assert {"megabytes", "frames_cached_GBps", "checksum_off_GBps", "crc32_GBps"} <= set(row["extra"])
+    for name in samples:
+        assert rows[name]["unit"] == "msgs/s" and rows[name]["ratio"] > 0
+
+
+def test_transport_bench_payloads() -> None:
+    sd = transport_bench.state_dict(12)
+    assert 11e6 < sum(t.numel() * t.element_size() for t in sd.values()) < 14e6
+    batch = transport_bench.sample_batch()
+    assert len(batch.samples) == 16 and all(len(s.response_ids) == 200 for s in batch.samples)

@@ -1,1 +1,25 @@
-"""ZeroMQ transport: message codec, tensors as raw frames, hub and actor endpoints."""
+"""ZeroMQ transport: message codec, tensors as raw frames, hub and actor endpoints.
+
+- `codec`: `encode` / `decode` one `atgrpo.messages.Message` (msgpack, no pickle).
+- `tensors`: `weights_to_frames` / `frames_to_weights` (header + one zero-copy raw frame per tensor).
+- `endpoints`: `HubEndpoint` (ROUTER, learner rank 0), `ActorClient` (DEALER), `private_ipc_address`.
+- `errors`: `TransportError` and one subclass per reason code.
+"""
+
+from atgrpo.transport.codec import decode, encode, kind_of
+from atgrpo.transport.endpoints import ActorClient, HubEndpoint, private_ipc_address
+from atgrpo.transport.errors import TransportError, TransportTimeout
+from atgrpo.transport.tensors import frames_to_weights, weights_to_frames
+
+__all__ = [
+    "ActorClient",
+    "HubEndpoint",
+    "TransportError",
+    "TransportTimeout",
+    "decode",
+    "encode",
+    "frames_to_weights",
+    "kind_of",
+    "private_ipc_address",
+    "weights_to_frames",
+]

@@ -1,0 +1,77 @@
+"""CURVE keys for tcp endpoints: encryption plus mutual authentication of hub and actors.
+
+Layout of a key folder made by `generate_keys(folder)` (ZPL certificate files, as pyzmq writes them):
+
+    folder/hub.key              hub public key          (actors need it to connect)
+    folder/hub.key_secret       hub public + secret key (the hub only)
+    folder/actors/actor.key     actor public key        (the hub accepts every *.key in actors/)
+    folder/actors/actor.key_secret  actor public + secret key (every actor of the run)
+
+Invariants:
+- The folder and `actors/` are mode 0700 and the secret files 0600, owned by the caller; copying
+  the folder to another host is how a multi-host run shares the keys.
+- A hub given `curve_keys` accepts a connection only if the peer proves it holds the secret of a
+  public key in `actors/` (ZAP handler, a `zmq.auth.thread.ThreadAuthenticator` on the hub's own
+  context), and actors only talk to a hub holding `hub.key_secret`. A peer that fails the
+  handshake is never seen by the hub's `recv`; on its side it just times out.
+- ipc endpoints need no keys: the socket lives in a private 0700 directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import zmq.auth
+
+from atgrpo.transport.errors import CurveKeyError
+
+HUB = "hub"
+ACTOR = "actor"
+ACTORS_DIR = "actors"
+
+
+def generate_keys(folder: str | os.PathLike[str]) -> Path:
+    """Create a fresh hub keypair and actor keypair in `folder` (made private); returns the folder.
+
+    Overwrites the keys of an earlier call on the same folder.
+    """
+    root = Path(folder)
+    actors = root / ACTORS_DIR
+    for directory in (root, actors):
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.chmod(0o700)
+    for directory, name in ((root, HUB), (actors, ACTOR)):
+        _, secret = zmq.auth.create_certificates(directory, name)
+        os.chmod(secret, 0o600)  # pyzmq writes with the umask; the folder kept it private meanwhile
+    return root
+
+
+def hub_keys(folder: str | os.PathLike[str]) -> tuple[bytes, bytes]:
+    """(public, secret) of the hub."""
+    return _load(Path(folder) / f"{HUB}.key_secret")
+
+
+def actor_keys(folder: str | os.PathLike[str]) -> tuple[bytes, bytes, bytes]:
+    """(actor public, actor secret, hub public) for an actor."""
+    root = Path(folder)
+    public, secret = _load(root / ACTORS_DIR / f"{ACTOR}.key_secret")
+    hub_public, _ = _load(root / f"{HUB}.key", secret=False)
+    return public, secret, hub_public
+
+
+def allowed_actors_dir(folder: str | os.PathLike[str]) -> Path:
+    return Path(folder) / ACTORS_DIR
+
+
+def _load(path: Path, *, secret: bool = True) -> tuple[bytes, bytes]:
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise CurveKeyError(f"cannot load CURVE key {path}: {exc}") from None
+    if secret and not secret_key:
+        raise CurveKeyError(f"CURVE key file {path} has no secret key")
+    return public, secret_key or b""
+
+
+__all__ = ["actor_keys", "allowed_actors_dir", "generate_keys", "hub_keys"]
