@@ -29,16 +29,33 @@ class MicroBatch:
     """[B, L] float32, the sample's advantage on its response tokens."""
     behaviour_logprobs: torch.Tensor
     """[B, L] float32, the engine's log-probability of each response token, 0 elsewhere."""
+    token_weights: torch.Tensor
+    """[B, L] float32 weight of each response token in the step loss: 1 for "token_mean";
+    1 / (its sample's response length) for "seq_mean"."""
+    num_samples: int = 0
 
     @property
     def num_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
 
+def loss_normalizer(samples: Sequence[Sample], aggregation: str) -> int:
+    """What the summed (weighted) token losses of a step are divided by: tokens or samples."""
+    if aggregation == "seq_mean":
+        return len(samples)
+    return sum(len(s.response_ids) for s in samples)
+
+
 def make_microbatches(
-    samples: Sequence[Sample], advantages: np.ndarray, *, max_tokens: int, pad_id: int
+    samples: Sequence[Sample], advantages: np.ndarray, *, max_tokens: int, pad_id: int, aggregation: str = "token_mean"
 ) -> list[MicroBatch]:
-    """All samples, split so that no micro-batch holds more than `max_tokens` (prompt + response) tokens."""
+    """All samples, split so that no micro-batch holds more than `max_tokens` (prompt + response) tokens.
+
+    `aggregation`: "token_mean" (every response token of the step counts once, the paper's choice)
+    or "seq_mean" (each sample counts once, its tokens share its weight; no length bias).
+    """
+    if aggregation not in ("token_mean", "seq_mean"):
+        raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', got {aggregation!r}")
     if not samples:
         return []
     lengths = np.array([len(s.prompt_ids) + len(s.response_ids) for s in samples], dtype=np.int64)
@@ -53,6 +70,9 @@ def make_microbatches(
         padded = kernels.pad_batch(tokens, offsets, prompt_lens, advantages, idx, pad_id=pad_id)
         behaviour = np.zeros(padded.input_ids.shape, dtype=np.float32)
         behaviour[padded.loss_mask] = np.concatenate([np.asarray(samples[i].logprobs, np.float32) for i in idx])
+        weights = padded.loss_mask.astype(np.float32)
+        if aggregation == "seq_mean":
+            weights /= np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
         out.append(
             MicroBatch(
                 input_ids=torch.from_numpy(padded.input_ids),
@@ -60,6 +80,8 @@ def make_microbatches(
                 loss_mask=torch.from_numpy(padded.loss_mask),
                 advantages=torch.from_numpy(padded.token_advantages),
                 behaviour_logprobs=torch.from_numpy(behaviour),
+                token_weights=torch.from_numpy(weights),
+                num_samples=len(idx),
             )
         )
     return out

@@ -6,8 +6,10 @@ recorded. With `is_cap` set (the `max_staleness > 0` mode) the loss is decoupled
 against the learner's own current log-probability (the proximal policy), and each token is weighted
 by the truncated importance ratio `min(exp(logp_prox - logp_behaviour), is_cap)`.
 
-`total_tokens` is the response-token count of the whole step (all micro-batches, all ranks), so that
-summing the micro-batch losses gives the step's token mean however the step is split.
+`total_tokens` is the step's normalizer (all micro-batches, all ranks): its response-token count for
+token-mean aggregation, its sample count for sequence-mean (see `batching.loss_normalizer`). Token
+losses are weighted by `MicroBatch.token_weights` and divided by it, so summing the micro-batch
+losses gives the step's mean however the step is split.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The micro-batch's share of the step loss, and its metric sums (divide by total_tokens)."""
     logp, logits = token_logprobs(model, mb, cfg.temperature)
-    mask = mb.loss_mask[:, 1:].float()
+    mask = mb.token_weights[:, 1:]
     adv = mb.advantages[:, 1:]
     behaviour = mb.behaviour_logprobs[:, 1:]
     if cfg.is_cap is None:

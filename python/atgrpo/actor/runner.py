@@ -1,0 +1,154 @@
+"""The actor loop: ask the hub for work, load exactly the weights a unit names, roll out, stream back.
+
+One actor process holds one rollout engine per policy it serves and runs one unit at a time. It never
+trains and never decides versions: a `WorkUnit` names the version of every policy, and the actor
+fetches those weights (pull: an actor that joined late or missed a publish just asks) before it
+generates a single token. Every hub round trip has a timeout (`transport.request_timeout_s`); when it
+passes, the actor exits with an error naming what it waited for instead of hanging.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import torch
+
+from atgrpo.config import RunConfig
+from atgrpo.engines.base import RolloutEngine, SamplingParams
+from atgrpo.messages import (
+    PROTOCOL_VERSION,
+    Hello,
+    NoWork,
+    Refused,
+    Sample,
+    SampleAck,
+    SampleBatch,
+    Shutdown,
+    Welcome,
+    WorkRequest,
+    WorkUnit,
+)
+from atgrpo.models.folder import load_model, load_tokenizer
+from atgrpo.paths import policy_dir
+from atgrpo.transport.endpoints import ActorClient
+from atgrpo.workflows.games import GameWorkflow, PolicyHandle
+
+log = logging.getLogger("atgrpo.actor")
+
+
+class ActorError(RuntimeError):
+    """The hub refused this actor or answered out of protocol."""
+
+
+def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
+    folder = policy_dir(cfg, policy)
+    tokenizer = load_tokenizer(folder)
+    if cfg.rollout.engine == "vllm":
+        from atgrpo.engines.vllm_engine import VllmEngine
+
+        engine: RolloutEngine = VllmEngine(str(folder), policy=policy)
+    else:
+        from atgrpo.engines.torch_engine import TorchEngine
+
+        model = load_model(folder, dtype=cfg.train.dtype, device=cfg.rollout.device)
+        engine = TorchEngine(
+            model, policy=policy, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, version=-1
+        )
+    return PolicyHandle(engine=engine, tokenizer=tokenizer)
+
+
+class Actor:
+    def __init__(self, cfg: RunConfig, address: str, actor_id: str | None = None) -> None:
+        self.cfg = cfg
+        self.actor_id = actor_id or f"actor-{os.uname().nodename}-{os.getpid()}"
+        self.client = ActorClient(
+            address, self.actor_id, timeout_s=cfg.transport.request_timeout_s, max_message_bytes=cfg.transport.max_message_bytes
+        )
+        self.workflow = GameWorkflow(cfg)
+        self.policies = sorted(set(cfg.role_policy.values()))
+        self.handles: dict[str, PolicyHandle] = {}
+        self.idle_s = 0.0
+        self.sync_s = 0.0
+        ro = cfg.rollout
+        self.sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p)
+
+    def _ask(self, msg):
+        reply = self.client.request(msg)
+        if isinstance(reply, Refused):
+            raise ActorError(f"hub refused {type(msg).__name__}: {reply.reason}")
+        return reply
+
+    def run(self, max_units: int | None = None) -> int:
+        """Serve until the hub says `Shutdown` (or `max_units` units); returns the number of units done."""
+        welcome = self._ask(Hello(PROTOCOL_VERSION, self.actor_id, self.cfg.run.name, self.policies))
+        if not isinstance(welcome, Welcome):
+            raise ActorError(f"expected welcome, got {type(welcome).__name__}")
+        for p in self.policies:
+            self.handles[p] = make_engine(self.cfg, p)
+        log.info("%s joined run %s serving %s", self.actor_id, welcome.run_id, self.policies)
+        done = 0
+        idle_since = time.perf_counter()
+        while max_units is None or done < max_units:
+            reply = self._ask(WorkRequest(self.actor_id))
+            if isinstance(reply, Shutdown):
+                log.info("%s: shutdown (%s)", self.actor_id, reply.reason)
+                break
+            if isinstance(reply, NoWork):
+                time.sleep(reply.retry_after_s)
+                continue
+            if not isinstance(reply, WorkUnit):
+                raise ActorError(f"expected a work unit, got {type(reply).__name__}")
+            self.idle_s += time.perf_counter() - idle_since
+            self._do_unit(reply)
+            done += 1
+            idle_since = time.perf_counter()
+        self.client.close()
+        return done
+
+    def _sync(self, unit: WorkUnit) -> None:
+        start = time.perf_counter()
+        for policy, version in unit.versions.items():
+            handle = self.handles.get(policy)
+            if handle is None or handle.engine.version == version:
+                continue
+            _, tensors = self.client.request_weights(policy, version)
+            handle.engine.load_weights(version, tensors)
+        self.sync_s += time.perf_counter() - start
+
+    def _stream(self, unit: WorkUnit, samples: list[Sample], last: bool, **extra) -> None:
+        reply = self._ask(SampleBatch(self.actor_id, unit.unit_id, samples, last, **extra))
+        if not isinstance(reply, SampleAck):
+            raise ActorError(f"expected an ack for unit {unit.unit_id}, got {type(reply).__name__}")
+        if reply.rejected:
+            log.warning("unit %d: hub rejected %d samples (stale)", unit.unit_id, reply.rejected)
+
+    def _do_unit(self, unit: WorkUnit) -> None:
+        self._sync(unit)
+        result = self.workflow.run(
+            unit,
+            self.handles,
+            self.sampling,
+            run_id=self.cfg.run.name,
+            seed=unit_seed(self.cfg.run.seed, unit),
+            on_groups=(lambda group: self._stream(unit, group, False)) if not unit.greedy else None,
+        )
+        timings = dict(result.timings)
+        timings.update({"idle_s": self.idle_s, "sync_s": self.sync_s})
+        self.idle_s = self.sync_s = 0.0
+        self._stream(unit, [], True, env_results=result.envs, timings=timings)
+
+
+def unit_seed(run_seed: int, unit: WorkUnit) -> int:
+    """Sampling seed of a unit: a function of what it is, not of who runs it or when (exact resume,
+    and a reassigned unit is rolled out exactly as its first actor would have)."""
+    return (run_seed * 1_000_003 + unit.step * 10_007 + unit.env_offset) % (2**61)
+
+
+def configure_threads(n: int) -> None:
+    torch.set_num_threads(max(1, n))
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+
+
+__all__ = ["Actor", "ActorError", "configure_threads", "make_engine"]

@@ -1,0 +1,1 @@
+"""Entry points, one `main()` per process: atgrpo-train, atgrpo-learner, atgrpo-actor (and atgrpo-bench)."""

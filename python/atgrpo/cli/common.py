@@ -1,0 +1,42 @@
+"""Argument and logging set-up shared by the entry points."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from atgrpo.config import RunConfig, load_config
+
+
+def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("config", nargs="?", default=None, help="run config TOML (default: the built-in Plan-Path demo)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set rollout.k=8 (TOML value syntax); repeatable")
+    return p
+
+
+def load_run_config(args: argparse.Namespace) -> RunConfig:
+    try:
+        return load_config(args.config, args.overrides)
+    except (ValueError, OSError) as exc:
+        sys.exit(f"config error: {exc}")
+
+
+def setup_logging(component: str) -> logging.Logger:
+    level = os.environ.get("ATGRPO_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format=f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("transformers", "DeepSpeed", "deepspeed", "torch.distributed"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+    return logging.getLogger(f"atgrpo.{component}")

@@ -1,0 +1,295 @@
+"""The hub: work units, leases, sample intake, weight serving. Runs on the learner's rank 0.
+
+Threads and ownership: the hub's serve loop runs in its own thread and is the only user of the
+ROUTER socket. The learner's main thread talks to it through `open_step`, `wait_step`, `publish`,
+`run_eval` and `stop`, which only touch state under `self._lock`. So actors are answered while the
+learner trains (they get `NoWork` until the next step opens), leases keep expiring, and a dead actor
+is noticed at any time.
+
+Units and leases: a step's env seeds are cut into units. A unit handed to an actor is leased for
+`unit_timeout_s`; an actor proves it is alive by streaming `SampleBatch`es, each of which renews the
+lease. An expired lease puts the unit back at the front of the queue and drops what the unit had
+staged, so a reassigned unit is rolled out whole by its new actor and a step always ends with the
+same samples as if nobody had died. Late batches for a unit that is no longer leased to their sender
+are refused and counted (`hub/orphan_batches`).
+
+Samples are staged per unit and admitted through the `VersionLedger` (the one version check) when
+their batch arrives; a unit's samples join the step only when its `last` batch arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from atgrpo.learner.ledger import VersionLedger
+from atgrpo.messages import (
+    PROTOCOL_VERSION,
+    EnvResult,
+    Hello,
+    NoWork,
+    Refused,
+    Sample,
+    SampleAck,
+    SampleBatch,
+    Shutdown,
+    WeightsRequest,
+    Welcome,
+    WorkRequest,
+    WorkUnit,
+)
+from atgrpo.transport.endpoints import HubEndpoint
+from atgrpo.transport.tensors import weights_to_frames
+
+log = logging.getLogger("atgrpo.hub")
+
+
+@dataclass
+class StepData:
+    """What a finished step hands the learner."""
+
+    step: int
+    samples: list[Sample]
+    envs: list[EnvResult]
+    timings: dict[str, float]
+    wall_s: float
+
+
+@dataclass
+class _Lease:
+    unit: WorkUnit
+    actor: str
+    deadline: float
+
+
+@dataclass
+class _Round:
+    """One step's (or one evaluation's) units in flight."""
+
+    step: int
+    pending: deque[WorkUnit]
+    total: int
+    leases: dict[int, _Lease] = field(default_factory=dict)
+    staged: dict[int, list[Sample]] = field(default_factory=dict)
+    done: set[int] = field(default_factory=set)
+    samples: list[Sample] = field(default_factory=list)
+    envs: list[EnvResult] = field(default_factory=list)
+    timings: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    last_progress: float = field(default_factory=time.monotonic)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) == self.total
+
+
+class Hub:
+    def __init__(
+        self,
+        endpoint: HubEndpoint,
+        ledger: VersionLedger,
+        *,
+        unit_timeout_s: float,
+        keep_versions: int = 1,
+        retry_after_s: float = 0.05,
+    ) -> None:
+        self.endpoint = endpoint
+        self.ledger = ledger
+        self.unit_timeout_s = unit_timeout_s
+        self.keep_versions = max(1, keep_versions)
+        self.retry_after_s = retry_after_s
+        self.counters: Counter[str] = Counter()
+        self.actors: dict[str, float] = {}
+        """actor id -> last time it was heard from."""
+        self._peers: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._round: _Round | None = None
+        self._next_unit = 0
+        self._weights: dict[str, dict[int, list[Any]]] = {}
+        self._stopping: str | None = None
+        self._thread = threading.Thread(target=self._serve, name="atgrpo-hub", daemon=True)
+        self._error: BaseException | None = None
+
+    # -- learner side ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def publish(self, policy: str, version: int, tensors: dict[str, torch.Tensor]) -> None:
+        """Make `policy` at `version` fetchable; older versions beyond `keep_versions` are dropped."""
+        frames = weights_to_frames(policy, version, tensors)
+        with self._lock:
+            versions = self._weights.setdefault(policy, {})
+            versions[version] = frames
+            for old in sorted(versions)[: -self.keep_versions]:
+                del versions[old]
+
+    def open_round(self, step: int, seeds: list[int], envs_per_unit: int, *, split: str, greedy: bool) -> None:
+        """Queue a step's (or an evaluation's) seeds as units naming the current versions."""
+        with self._lock:
+            if self._round is not None and not self._round.complete:
+                raise RuntimeError(f"round for step {self._round.step} is still open")
+            units = deque()
+            for lo in range(0, len(seeds), envs_per_unit):
+                units.append(
+                    WorkUnit(
+                        unit_id=self._next_unit,
+                        step=step,
+                        seeds=list(seeds[lo : lo + envs_per_unit]),
+                        env_offset=lo,
+                        split=split,
+                        versions=dict(self.ledger.versions),
+                        greedy=greedy,
+                    )
+                )
+                self._next_unit += 1
+            self._round = _Round(step=step, pending=units, total=len(units))
+
+    def wait_round(self, *, stall_timeout_s: float, poll_s: float = 0.5) -> StepData:
+        """Block until every unit of the open round is in. Raises if nothing arrives for `stall_timeout_s`."""
+        with self._lock:
+            rnd = self._round
+            if rnd is None:
+                raise RuntimeError("no round is open")
+            while not rnd.complete:
+                if self._error is not None:
+                    raise RuntimeError("hub thread failed") from self._error
+                if time.monotonic() - rnd.last_progress > stall_timeout_s:
+                    raise TimeoutError(
+                        f"step {rnd.step}: waited {stall_timeout_s:.0f} s for samples of {rnd.total - len(rnd.done)} "
+                        f"unfinished units ({len(rnd.leases)} leased, {len(rnd.pending)} unassigned; "
+                        f"actors seen: {sorted(self.actors) or 'none'})"
+                    )
+                self._changed.wait(poll_s)
+            # Arrival order depends on which actor finished first; training must not.
+            samples = sorted(rnd.samples, key=lambda s: (s.key.env, s.key.agent, s.key.turn, s.branch))
+            envs = sorted(rnd.envs, key=lambda e: e.env)
+            return StepData(rnd.step, samples, envs, dict(rnd.timings), time.monotonic() - rnd.started)
+
+    def stop(self, reason: str, *, drain_s: float = 5.0) -> None:
+        """Tell every actor that asks to shut down (for up to `drain_s`), then stop serving."""
+        with self._lock:
+            self._stopping = reason
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline and self._thread.is_alive():
+            with self._lock:
+                if not self.actors:
+                    break
+            time.sleep(0.05)
+        self._stopping = "closed"
+        self._thread.join(timeout=5.0)
+        self.endpoint.close()
+
+    def metrics(self) -> dict[str, float]:
+        with self._lock:
+            out = {f"hub/{k}": float(v) for k, v in self.counters.items()}
+            out.update({f"transport/stale_rejected" if k == "stale" else f"hub/rejected_{k}": float(v) for k, v in self.ledger.rejected.items()})
+            out.update({k: float(v) for k, v in self.endpoint.counters.items()})
+            out["hub/actors"] = float(len(self.actors))
+        return out
+
+    # -- serve loop (hub thread) -----------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while self._stopping != "closed":
+                got = self.endpoint.recv(timeout_s=0.05)
+                with self._lock:
+                    self._expire_leases()
+                    if got is not None:
+                        peer, msg = got
+                        reply = self._handle(peer, msg)
+                    else:
+                        reply = None
+                if reply is not None:
+                    if isinstance(reply, list):
+                        self.endpoint.send_frames(peer, reply)
+                    else:
+                        self.endpoint.send(peer, reply)
+        except BaseException as exc:  # surfaced to the learner by wait_round
+            log.exception("hub thread died")
+            self._error = exc
+            with self._lock:
+                self._changed.notify_all()
+
+    def _handle(self, peer: bytes, msg: Any) -> Any:
+        actor = getattr(msg, "actor_id", None)
+        if actor is not None:
+            self.actors[actor] = time.monotonic()
+            self._peers[actor] = peer
+        if isinstance(msg, Hello):
+            if msg.protocol != PROTOCOL_VERSION:
+                return Refused(f"protocol {msg.protocol} != {PROTOCOL_VERSION}")
+            if msg.run_id != self.ledger.run_id:
+                self.counters["refused_other_run"] += 1
+                return Refused(f"run {msg.run_id!r} is not this run ({self.ledger.run_id!r})")
+            return Welcome(run_id=self.ledger.run_id, versions=dict(self.ledger.versions))
+        if isinstance(msg, WorkRequest):
+            return self._assign(msg.actor_id)
+        if isinstance(msg, SampleBatch):
+            return self._intake(msg)
+        if isinstance(msg, WeightsRequest):
+            return self._weights_reply(msg)
+        self.counters["unexpected_kind"] += 1
+        return Refused(f"hub does not accept {type(msg).__name__}")
+
+    def _assign(self, actor: str) -> Any:
+        if self._stopping:
+            self.actors.pop(actor, None)
+            return Shutdown(self._stopping)
+        rnd = self._round
+        if rnd is None or not rnd.pending:
+            return NoWork(self.retry_after_s, "waiting for the next step" if rnd is None or rnd.complete else "all units leased")
+        unit = rnd.pending.popleft()
+        rnd.leases[unit.unit_id] = _Lease(unit, actor, time.monotonic() + self.unit_timeout_s)
+        rnd.staged[unit.unit_id] = []
+        self.counters["units_assigned"] += 1
+        return unit
+
+    def _intake(self, batch: SampleBatch) -> Any:
+        rnd = self._round
+        lease = rnd.leases.get(batch.unit_id) if rnd is not None else None
+        if lease is None or lease.actor != batch.actor_id:
+            self.counters["orphan_batches"] += 1
+            return Refused(f"unit {batch.unit_id} is not leased to {batch.actor_id}")
+        lease.deadline = time.monotonic() + self.unit_timeout_s
+        kept = self.ledger.admit(batch.samples)
+        rnd.staged[batch.unit_id].extend(kept)
+        rnd.last_progress = time.monotonic()
+        if batch.last:
+            del rnd.leases[batch.unit_id]
+            rnd.samples.extend(rnd.staged.pop(batch.unit_id))
+            rnd.envs.extend(batch.env_results)
+            rnd.timings.update(batch.timings)
+            rnd.done.add(batch.unit_id)
+            self._changed.notify_all()
+        return SampleAck(batch.unit_id, accepted=len(kept), rejected=len(batch.samples) - len(kept))
+
+    def _weights_reply(self, req: WeightsRequest) -> Any:
+        versions = self._weights.get(req.policy)
+        if not versions:
+            return Refused(f"no weights published for policy {req.policy!r}")
+        version = max(versions) if req.version < 0 else req.version
+        if version not in versions:
+            return Refused(f"policy {req.policy!r} v{req.version} is not held (have {sorted(versions)})")
+        self.counters["weights_served"] += 1
+        return versions[version]
+
+    def _expire_leases(self) -> None:
+        rnd = self._round
+        if rnd is None:
+            return
+        now = time.monotonic()
+        for unit_id, lease in list(rnd.leases.items()):
+            if lease.deadline < now:
+                log.warning("unit %d of step %d: actor %s silent for %.0f s; reassigning", unit_id, rnd.step, lease.actor, self.unit_timeout_s)
+                del rnd.leases[unit_id]
+                rnd.staged.pop(unit_id, None)
+                rnd.pending.appendleft(lease.unit)
+                self.actors.pop(lease.actor, None)
+                self.counters["units_reassigned"] += 1

@@ -1,0 +1,251 @@
+"""The learner job: per-policy backends, the step loop, evaluation rounds, checkpoints, metrics.
+
+Rank 0 owns the hub (actors, versions, data cursor) and does all I/O; every rank owns a replica (or
+ZeRO shard) of every policy's backend. Per step: rank 0 opens a round of units, waits for all
+samples, computes advantages once over the whole step (Rust kernel), and broadcasts the samples and
+advantages; each rank trains on its slice of every policy's micro-batches; rank 0 then bumps each
+policy's version and publishes the new weights. In strict mode the next round opens only after the
+publish, so no actor can produce a sample with an old version.
+
+Data cursor: step s uses training seeds `seed_base + s * envs_per_step + i`; evaluation uses eval
+seeds 0..eval_seeds-1 of the "eval" split. Both are pure functions of the step, so a resumed run
+sees exactly the levels an uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from atgrpo import kernels
+from atgrpo.config import RunConfig
+from atgrpo.learner.backends import make_backend
+from atgrpo.learner.batching import make_microbatches
+from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.ledger import VersionLedger
+from atgrpo.learner.loss import LossConfig
+from atgrpo.messages import Sample
+from atgrpo.metrics import MetricsWriter, step_metrics
+from atgrpo.models.folder import load_model, load_tokenizer
+from atgrpo.models.tiny import build_tiny_model
+from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
+
+log = logging.getLogger("atgrpo.learner")
+
+SEED_BASE = 0
+"""Training seeds of step s are SEED_BASE + s * envs_per_step + i (demos use a disjoint range)."""
+
+
+def step_seeds(cfg: RunConfig, step: int) -> list[int]:
+    n = cfg.rollout.envs_per_step
+    return [SEED_BASE + step * n + i for i in range(n)]
+
+
+def compute_advantages(samples: list[Sample], grouping: str) -> tuple[np.ndarray, kernels.GroupStats, int]:
+    """Advantages for the step's samples (in order), the group statistics and the group count."""
+    if not samples:
+        return np.zeros(0), kernels.GroupStats(*([0] * len(kernels.GroupStats._fields))), 0
+    rewards = np.fromiter((s.reward for s in samples), np.float64, len(samples))
+    if grouping == "trajectory":
+        # One row per (env, branch): an episode's samples share its return and count once in the baseline.
+        rows = np.array([(s.key.env, s.branch) for s in samples], dtype=np.int64)
+        uniq, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        zeros = np.zeros(len(uniq), dtype=np.int64)
+        out = kernels.compute_advantages(uniq[:, 0], zeros, zeros, rewards[first])
+        return out.advantages[inverse.reshape(-1)], out.stats, out.num_groups
+    env = np.fromiter((s.key.env for s in samples), np.int64, len(samples))
+    agent = np.fromiter((s.key.agent for s in samples), np.int64, len(samples))
+    turn = np.fromiter((s.key.turn for s in samples), np.int64, len(samples))
+    out = kernels.compute_advantages(env, agent, turn, rewards)
+    return out.advantages, out.stats, out.num_groups
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, hub: Hub | None, rank: int = 0, world_size: int = 1) -> None:
+        self.cfg = cfg
+        self.hub = hub
+        self.rank = rank
+        self.world = world_size
+        self.policies = sorted(cfg.policies)
+        self.versions = {p: 0 for p in self.policies}
+        self.step = 0
+        self.pad_ids: dict[str, int] = {}
+        self.backends = {}
+        loss_cfg = LossConfig(
+            clip_eps=cfg.train.clip_eps,
+            temperature=cfg.rollout.temperature,
+            entropy_coef=cfg.train.entropy_coef,
+            kl_coef=cfg.train.kl_coef,
+            is_cap=cfg.train.is_cap if cfg.train.max_staleness > 0 else None,
+        )
+        for p in self.policies:
+            folder = policy_dir(cfg, p)
+            model = load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device)
+            self.pad_ids[p] = load_tokenizer(folder).pad_token_id
+            pc = cfg.policies[p]
+            self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_cfg)
+        self.metrics = MetricsWriter(out_dir(cfg), tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb) if rank == 0 else None
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save(self) -> Path:
+        folder = checkpoints_dir(self.cfg) / f"step_{self.step:06d}"
+        for p, be in self.backends.items():
+            be.save_checkpoint(folder / p)
+        if self.rank == 0:
+            state = {
+                "step": self.step,
+                "versions": self.versions,
+                "python_rng": random.getstate()[1][:5],
+            }
+            torch.save(
+                {"torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state()[1]},
+                folder / "rng.pt",
+            )
+            (folder / "state.json").write_text(json.dumps(state, default=list))
+            (checkpoints_dir(self.cfg) / "latest").write_text(folder.name)  # written last: marks it complete
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        return folder
+
+    def try_resume(self) -> bool:
+        marker = checkpoints_dir(self.cfg) / "latest"
+        if not (self.cfg.run.resume and marker.is_file()):
+            return False
+        folder = checkpoints_dir(self.cfg) / marker.read_text().strip()
+        state = json.loads((folder / "state.json").read_text())
+        for p, be in self.backends.items():
+            be.load_checkpoint(folder / p)
+        rng = torch.load(folder / "rng.pt", weights_only=False)
+        torch.random.set_rng_state(rng["torch_rng"])
+        self.step = int(state["step"])
+        self.versions = {p: int(v) for p, v in state["versions"].items()}
+        log.info("resumed from %s at step %d, versions %s", folder, self.step, self.versions)
+        return True
+
+    # -- one step ----------------------------------------------------------------------------------
+    def publish(self) -> None:
+        for p, be in self.backends.items():
+            tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
+            if self.hub is not None:
+                self.hub.ledger.versions[p] = self.versions[p]
+                self.hub.publish(p, self.versions[p], tensors)
+
+    def collect(self, step: int) -> StepData | None:
+        if self.hub is None:
+            return None
+        cfg = self.cfg
+        self.hub.open_round(step, step_seeds(cfg, step), cfg.rollout.envs_per_unit, split="train", greedy=False)
+        return self.hub.wait_round(stall_timeout_s=cfg.transport.step_timeout_s)
+
+    def train_on(self, data: StepData | None) -> dict[str, float]:
+        samples: list[Sample] = data.samples if data is not None else []
+        if self.world > 1:
+            box = [samples]
+            dist.broadcast_object_list(box, src=0)
+            samples = box[0]
+        t0 = time.perf_counter()
+        adv, stats, groups = compute_advantages(samples, self.cfg.rollout.grouping)
+        out: dict[str, float] = {"learner/groups": float(groups), "learner/samples": float(len(samples))}
+        out.update({f"advantage/{k}": float(v) for k, v in stats._asdict().items()})
+        for p, be in self.backends.items():
+            idx = [i for i, s in enumerate(samples) if s.policy == p]
+            chosen = [samples[i] for i in idx]
+            total_tokens = sum(len(s.response_ids) for s in chosen)
+            mbs = make_microbatches(chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p])
+            parts = np.array_split(np.arange(len(mbs)), self.cfg.train.minibatches) if mbs else [np.arange(0)]
+            for part in parts:
+                mine = [mbs[i] for i in part[self.rank :: self.world]]
+                tokens = sum(mbs[i].num_tokens for i in part)
+                metrics = be.train_step(mine, max(tokens, 1)) if tokens else {}
+            del total_tokens
+            self.versions[p] += 1
+            out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
+            out[f"learner/{p}/version"] = float(self.versions[p])
+        out["time/learner_s"] = time.perf_counter() - t0
+        return out
+
+    def evaluate(self, tag: str) -> dict[str, float]:
+        """Greedy rollouts on the held-out seeds, done by the actors like any other round."""
+        if self.hub is None:
+            return {}
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.hub.open_round(-1, list(range(cfg.run.eval_seeds)), cfg.rollout.envs_per_unit * 4, split="eval", greedy=True)
+        data = self.hub.wait_round(stall_timeout_s=cfg.transport.step_timeout_s)
+        succ = float(np.mean([e.success for e in data.envs])) if data.envs else float("nan")
+        ret = float(np.mean([e.episode_return for e in data.envs])) if data.envs else float("nan")
+        log.info("eval (%s) at step %d: success %.3f over %d held-out levels", tag, self.step, succ, len(data.envs))
+        return {"eval/success": succ, "eval/return": ret, "eval/levels": float(len(data.envs)), "time/eval_s": time.perf_counter() - t0}
+
+    def run(self, stop_requested=lambda: False) -> dict[str, Any]:
+        cfg = self.cfg
+        summary: dict[str, Any] = {}
+        self.publish()
+        if self.rank == 0:
+            first = self.evaluate("start")
+            summary["eval_start"] = first.get("eval/success")
+            self.metrics.write(self.step, first)
+        start = time.monotonic()
+        while self.step < cfg.run.steps:
+            flag = [bool(stop_requested()) or (cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s)]
+            if self.world > 1:
+                dist.broadcast_object_list(flag, src=0)
+            if flag[0]:
+                log.info("stopping early at step %d", self.step)
+                break
+            data = self.collect(self.step)
+            metrics = self.train_on(data)
+            self.step += 1
+            self.publish()
+            if self.rank == 0:
+                metrics.update(step_metrics(data))
+                metrics.update(self.hub.metrics())
+                if cfg.run.eval_every and self.step % cfg.run.eval_every == 0 and self.step < cfg.run.steps:
+                    metrics.update(self.evaluate(f"step {self.step}"))
+                self.metrics.write(self.step, metrics)
+            if cfg.run.checkpoint_every and self.step % cfg.run.checkpoint_every == 0:
+                self.save()
+        self.save()
+        if self.rank == 0:
+            final = self.evaluate("end")
+            self.metrics.write(self.step, final)
+            summary["eval_end"] = final.get("eval/success")
+            summary["steps"] = self.step
+            self.metrics.close()
+        return summary
+
+
+def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
+    """Rank 0, before anything else: build and warm-start the tiny model for policies without a path."""
+    from atgrpo.learner.warmstart import warm_start
+    from atgrpo.workflows.games import GameWorkflow
+
+    for p in sorted(cfg.policies):
+        folder = policy_dir(cfg, p)
+        if cfg.policies[p].path or (folder / "config.json").is_file():
+            continue
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_tiny_model(cfg.policies[p].tiny, tmp)
+        model, tok = load_model(tmp), load_tokenizer(tmp)
+        ws = cfg.warmstart
+        if ws.steps:
+            torch.manual_seed(cfg.run.seed)
+            roles = cfg.roles_of(p)
+            sub = cfg.model_copy(deep=True)
+            sub.task.roles = [r for r in cfg.task.roles if r in roles or r == "plan"]
+            warm_start(
+                model, tok, GameWorkflow(sub), steps=ws.steps, batch_size=ws.batch_size, lr=ws.lr,
+                tool_noise=ws.tool_noise, seed=cfg.run.seed, log=lambda m: log_fn(f"[{p}] {m}"),
+            )
+        model.save_pretrained(tmp)
+        tmp.rename(folder)

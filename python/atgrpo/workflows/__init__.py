@@ -1,0 +1,1 @@
+"""Multi-agent workflows: roles, prompts, tree sampling. One workflow per task family."""

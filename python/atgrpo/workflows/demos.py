@@ -1,0 +1,73 @@
+"""Solver demonstrations for the supervised warm start: (prompt ids, response ids) pairs per role.
+
+States are drawn from training seeds in a range of their own (`DEMO_SEED_BASE` + i, never used by
+the RL data cursor) and diversified by a few random moves, so the warm-started model has seen
+mid-episode positions. Targets are the solver's optimal answer in the template style. The tool
+answer shown to the plan agent is corrupted in a `tool_noise` fraction of demos (with the outcome
+the simulation really gives), so the plan agent learns to check the tool instead of copying it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from atgrpo.envs import EnvPool
+from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow, outcome_word
+
+DEMO_SEED_BASE = 1 << 40
+MOVES = "UDLR"
+
+
+def random_moves(rng: np.random.Generator, lo: int, hi: int) -> str:
+    return "[" + ",".join(rng.choice(list(MOVES), size=int(rng.integers(lo, hi + 1)))) + "]"
+
+
+def make_demos(
+    wf: GameWorkflow, tokenizer, count: int, *, start: int, tool_noise: float, seed: int
+) -> list[tuple[list[int], list[int]]]:
+    """`count` envs' worth of demos (one per role each), from demo seeds `start .. start + count`."""
+    rng = np.random.default_rng([seed, start])
+    n = count
+    pool = EnvPool(wf.task, 2 * n, **wf.env_config)
+    try:
+        ids = np.arange(n)
+        pool.reset(ids, DEMO_SEED_BASE + start + ids, "train")
+        turns = np.zeros(n, dtype=np.int64)
+        warm = ids[rng.random(n) < 0.5]
+        if len(warm) and wf.turns > 1:
+            res = pool.step(warm, [random_moves(rng, 1, 3) for _ in warm])
+            turns[warm] = 1
+            live = ~pool.status(ids).done
+        else:
+            live = np.ones(n, dtype=bool)
+            res = None
+        del res
+        ids = ids[live]
+        obs = pool.render(ids)
+        plans = pool.solve(ids).plans
+        eos = [tokenizer.eos_token_id]
+        out = []
+        tool_answers = []
+        for i, e in enumerate(ids):
+            answer = wf.templates.answer_text(plans[i] or "")
+            noisy = TOOL in wf.roles and rng.random() < tool_noise
+            tool_answers.append(wf.templates.answer_text(random_moves(rng, 1, 6)) if noisy else answer)
+            if TOOL in wf.roles:
+                prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
+                out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
+        views: list[tuple[str, str] | None] = [None] * len(ids)
+        if TOOL in wf.roles and len(ids):
+            for e in ids:
+                pool.fork(int(e), [int(e) + n])
+            sim = pool.step(ids + n, tool_answers)
+            views = [
+                (tool_answers[i], outcome_word(bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])))
+                for i in range(len(ids))
+            ]
+        for i, e in enumerate(ids):
+            answer = wf.templates.answer_text(plans[i] or "")
+            prompt = wf.prompt_text(PLAN, obs[i], int(turns[e]), views[i])
+            out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
+        return out
+    finally:
+        pool.close()

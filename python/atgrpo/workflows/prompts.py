@@ -1,0 +1,76 @@
+"""Prompt templates per task and role, read from `envs/<task>/prompts/<style>/`.
+
+Templates are `str.format` strings with the fields `obs` (the env's rendering), `info` (a short,
+task-specific summary such as coordinates, ending in a newline, or empty), `turn`, `turns` and, for
+the plan agent, `tool_section` (the `tool_view` template filled with the tool agent's chosen answer
+and its simulated outcome; empty in single-agent runs). `compact` templates are for the small
+built-in model (character tokenizer, short prompts); `paper` templates are the paper-style
+instructions for real chat models and are wrapped in the tokenizer's chat template.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ROLE_FILES = ("tool", "plan", "tool_view")
+
+
+def envs_dir() -> Path:
+    """The task-pack folder: `$ATGRPO_ENVS_DIR`, else `envs/` of the source checkout."""
+    override = os.environ.get("ATGRPO_ENVS_DIR")
+    path = Path(override) if override else Path(__file__).resolve().parents[3] / "envs"
+    if not path.is_dir():
+        raise FileNotFoundError(f"task packs not found at {path}; set ATGRPO_ENVS_DIR to the repo's envs/ folder")
+    return path
+
+
+@dataclass(frozen=True)
+class Templates:
+    style: str
+    tool: str
+    plan: str
+    tool_view: str
+
+    def answer_text(self, solver_plan: str) -> str:
+        """A solver answer (`#### [U, R]` or `####\\n<grid>`) in this style's answer format."""
+        if self.style == "compact":
+            return solver_plan.replace("####", "").replace(" ", "").strip()
+        return solver_plan
+
+
+@lru_cache(maxsize=None)
+def load_templates(task: str, style: str) -> Templates:
+    folder = envs_dir() / task / "prompts" / style
+    texts = {}
+    for name in ROLE_FILES:
+        file = folder / f"{name}.txt"
+        if not file.is_file():
+            raise FileNotFoundError(f"prompt template {file} is missing")
+        texts[name] = file.read_text()
+    return Templates(style=style, **texts)
+
+
+def planpath_info(obs: str) -> str:
+    """Coordinates of the agent and the goal (row, column), which a small model cannot easily count."""
+    rows = obs.splitlines()
+    found = {}
+    for r, line in enumerate(rows):
+        for ch in "AG":
+            c = line.find(ch)
+            if c >= 0:
+                found[ch] = (r, c)
+    if len(found) < 2:
+        return ""
+    (ar, ac), (gr, gc) = found["A"], found["G"]
+    return f"A={ar},{ac} G={gr},{gc}\n"
+
+
+INFO = {"planpath": planpath_info}
+
+
+def task_info(task: str, obs: str) -> str:
+    fn = INFO.get(task)
+    return fn(obs) if fn else ""
