@@ -1,0 +1,35 @@
+"""Pick the learner backend a run's `[train]` section asks for.
+
+The DeepSpeed backend is imported only when chosen, so a torch-only install never imports deepspeed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from atgrpo.config import TrainSection
+from atgrpo.learner.backend import LearnerBackend, TorchBackend
+from atgrpo.learner.loss import LossConfig
+
+
+def make_backend(
+    model: torch.nn.Module, cfg: TrainSection, policy_lr: float, weight_decay: float, loss_cfg: LossConfig
+) -> LearnerBackend:
+    """A backend owning `model` (already loaded in `cfg.dtype` on its device) and a fresh AdamW.
+
+    With `cfg.backend == "deepspeed"` this is a collective: every rank of the job must call it.
+    """
+    if cfg.backend == "torch":
+        return TorchBackend(model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg)
+    if cfg.backend == "deepspeed":
+        from atgrpo.learner.deepspeed_backend import DeepSpeedBackend
+
+        return DeepSpeedBackend(
+            model,
+            lr=policy_lr,
+            weight_decay=weight_decay,
+            grad_clip=cfg.grad_clip,
+            loss_cfg=loss_cfg,
+            zero_stage=cfg.zero_stage,
+        )
+    raise ValueError(f"unknown learner backend {cfg.backend!r}")

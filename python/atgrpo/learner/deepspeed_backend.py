@@ -1,0 +1,240 @@
+"""DeepSpeed learner backend: the same step as `TorchBackend`, with ZeRO stage 0-3 across ranks.
+
+Invariants:
+
+* Ownership. The backend owns the DeepSpeed engine, which owns the model (its `module`), the
+  client `torch.optim.AdamW` and, under ZeRO, the fp32 master weights and optimizer state
+  partitions. Nothing else touches the model's parameters or gradients; read weights through
+  `export_weights`.
+* Collectives. The constructor and every public method are collectives: every rank of the default
+  process group must build the backend and call `train_step`, `export_weights`, `save_checkpoint`
+  and `load_checkpoint`, in the same order. A rank that skips one blocks the others until the process
+  group's timeout.
+* One step = one optimizer update. The engine runs with `managed_gradient_accumulation: false` and
+  `gradient_accumulation_steps: 1`: the caller (this class) owns the accumulation boundary and calls
+  `engine.step()` once per `train_step`, however many micro-batches there were, and DeepSpeed never
+  divides the loss by a GAS count (`backward(..., scale_wrt_gas=False)` on top of GAS 1).
+* Gradient sum across ranks. `policy_loss` divides by the step's *global* token count, so the step's
+  gradient is the SUM of the ranks' gradients. DeepSpeed AVERAGES over the data-parallel group, so
+  each rank's loss is multiplied by the world size before backward.
+* Uneven shares. Under ZeRO-2/3 every backward reduces gradients (and under ZeRO-3 every forward
+  gathers parameters), so all ranks must run the same number of forward/backward passes. Each step
+  first agrees on the largest micro-batch count (one all-reduce); a rank with fewer micro-batches,
+  including none, pads with dummy passes over a two-token batch whose loss mask is empty (loss and
+  gradient exactly zero, metrics zero). Every step takes exactly one optimizer update, even when no
+  rank has any sample (AdamW then applies only weight decay and momentum, as `TorchBackend` does
+  under `torch.distributed`).
+* Metrics. Metric sums are all-reduced, so every rank returns the global metrics of the step.
+
+deepspeed is imported only here, and only when a `DeepSpeedBackend` is built: the rest of atgrpo
+imports without it. Without CUDA it runs on DeepSpeed's CPU accelerator over gloo, with nothing
+compiled (the optimizer is a plain torch one and no DeepSpeed C++ op is requested).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from atgrpo.learner.backend import LearnerBackend, accumulate, finish_metrics
+from atgrpo.learner.batching import MicroBatch
+from atgrpo.learner.distributed import default_backend, init_distributed_from_env
+from atgrpo.learner.loss import LossConfig
+
+CHECKPOINT_TAG = "deepspeed"
+"""Subfolder of the checkpoint folder holding the engine state (one fixed tag: one state per folder)."""
+
+_DEFAULT_BUCKET = 500_000_000
+_SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def import_deepspeed():
+    """Import deepspeed, choosing the CPU accelerator when there is no GPU.
+
+    DS_ACCELERATOR must be set before the first import (the accelerator is picked at import time and
+    cached); an explicit setting in the environment wins.
+    """
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+
+    if get_accelerator().device_name() == "cpu" and not installed_ops.get(_SHM_COMM_OP, False):
+        # On the CPU accelerator DeepSpeed's communication wrapper JIT-compiles a shared-memory
+        # all-reduce kernel whenever it thinks the op is buildable (a C++ toolchain, about a minute,
+        # every fresh cache). Gloo's own collectives are all we need, so mark the op unbuildable; the
+        # probed table is cached in `deepspeed.ops` and `build_shm_op` then returns None.
+        deepspeed.ops.__compatible_ops__[_SHM_COMM_OP] = False
+    return deepspeed
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _dummy_microbatch(device: torch.device) -> MicroBatch:
+    """Two tokens, nothing to predict: a forward/backward that contributes exactly zero."""
+    ids = torch.zeros((1, 2), dtype=torch.int64, device=device)
+    zeros = torch.zeros((1, 2), dtype=torch.float32, device=device)
+    return MicroBatch(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        loss_mask=torch.zeros((1, 2), dtype=torch.bool, device=device),
+        advantages=zeros,
+        behaviour_logprobs=zeros,
+        token_weights=zeros,
+        num_samples=0,
+    )
+
+
+def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
+    if mb.input_ids.device == device:
+        return mb
+    return dataclasses.replace(
+        mb, **{f.name: v.to(device) for f in dataclasses.fields(mb) if isinstance(v := getattr(mb, f.name), torch.Tensor)}
+    )
+
+
+class DeepSpeedBackend(LearnerBackend):
+    """`TorchBackend`'s step under DeepSpeed ZeRO `zero_stage` (0-3), on every rank of the job.
+
+    `model` is the engine's module: under ZeRO-3 its parameters are partitioned placeholders, so
+    read weights with `export_weights`, never from `model` directly.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        lr: float,
+        weight_decay: float,
+        grad_clip: float,
+        loss_cfg: LossConfig,
+        zero_stage: int = 1,
+        dist_backend: str | None = None,
+        timeout_s: float = 1800.0,
+        extra_config: dict[str, Any] | None = None,
+    ):
+        """`extra_config` is deep-merged into the DeepSpeed config last (e.g. ZeRO-3 bucket sizes)."""
+        if zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
+        dtypes = {p.dtype for p in model.parameters()}
+        if not dtypes <= {torch.float32, torch.bfloat16} or len(dtypes) != 1:
+            raise ValueError(f"model parameters must all be float32 or all bfloat16, got {dtypes}")
+        deepspeed = import_deepspeed()
+        self._deepspeed = deepspeed
+        dist_backend = dist_backend or default_backend()
+        init_distributed_from_env(dist_backend, timeout_s)
+        # Adopts the torch.distributed group created above (it would otherwise try MPI discovery).
+        deepspeed.init_distributed(dist_backend=dist_backend, auto_mpi_discovery=False, verbose=False)
+        self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()
+        self.zero_stage = zero_stage
+        self.grad_clip = grad_clip
+        self.loss_cfg = loss_cfg
+        # The KL reference is the initial policy, a full frozen replica on every rank, never given to
+        # DeepSpeed (so ZeRO-3 does not partition it). Copied before initialize() touches the model.
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if loss_cfg.kl_coef else None
+
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self._grad_norm: float | None = None
+        if zero_stage == 0:
+            # Without ZeRO, DeepSpeed clips inside step() and throws the norm away; clip here instead,
+            # after its all-reduce and right before the update, and keep the norm.
+            optimizer.register_step_pre_hook(self._clip_before_update)
+        n_params = sum(p.numel() for p in model.parameters())
+        # Buckets no larger than the model: DeepSpeed preallocates them (2 GB each at the default).
+        bucket = int(min(_DEFAULT_BUCKET, max(n_params, 1_000_000)))
+        bf16 = dtypes == {torch.bfloat16}
+        config: dict[str, Any] = {
+            # Batch keys only feed DeepSpeed's sample counters here: one "sample" per micro-batch,
+            # GAS 1, and the accumulation boundary is ours (managed_gradient_accumulation false).
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "train_batch_size": self.world_size,
+            "managed_gradient_accumulation": False,
+            "gradient_clipping": grad_clip if zero_stage > 0 else 0.0,
+            "zero_optimization": {
+                "stage": zero_stage,
+                # Unmanaged accumulation allows overlap_comm only with ZeRO-2; it buys nothing on CPU.
+                "overlap_comm": False,
+                "reduce_bucket_size": bucket,
+                "allgather_bucket_size": bucket,
+                "stage3_prefetch_bucket_size": bucket,
+            },
+            "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False,
+            "fp16": {"enabled": False},
+            "bf16": {"enabled": bf16},
+            "steps_per_print": 2**62,
+            "wall_clock_breakdown": False,
+        }
+        if extra_config:
+            config = _deep_merge(config, extra_config)
+        self.config = config
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        self.model = self.engine.module
+        self.device = self.engine.device
+        self._dummy = _dummy_microbatch(self.device)
+
+    def _clip_before_update(self, optimizer, args, kwargs) -> None:
+        self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+
+    def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+        # float64 so that metric sums over many tokens do not lose digits; gloo and nccl both take it.
+        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=op)
+        return t.tolist()
+
+    def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
+        passes = int(self._all_reduce([float(len(micro_batches))], dist.ReduceOp.MAX)[0])
+        batches = [_to_device(mb, self.device) for mb in micro_batches]
+        batches += [self._dummy] * (max(passes, 1) - len(batches))
+        scale = float(self.world_size)  # DeepSpeed averages over ranks; the loss wants the sum
+
+        def backward(loss: torch.Tensor) -> None:
+            self.engine.backward(loss * scale, scale_wrt_gas=False)
+
+        self._grad_norm = None
+        sums = accumulate(self.engine, batches, total_tokens, self.loss_cfg, backward, self.ref_model)
+        self.engine.step()
+        grad_norm = self._grad_norm if self.zero_stage == 0 else self.engine.get_global_grad_norm()
+        keys = sorted(sums)  # every rank ran >= 1 pass through policy_loss, so the keys agree
+        sums = dict(zip(keys, self._all_reduce([sums[k] for k in keys])))
+        return finish_metrics(sums, total_tokens, float(grad_norm) if grad_norm is not None else float("nan"))
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        def snapshot() -> dict[str, torch.Tensor]:
+            # clone: under ZeRO-3 the gathered storage is freed when the context exits
+            return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.model.state_dict().items()}
+
+        if self.zero_stage == 3:
+            params = list(self.model.parameters())
+            with self._deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                return snapshot()
+        return snapshot()
+
+    def save_checkpoint(self, folder: Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.engine.save_checkpoint(str(folder), tag=CHECKPOINT_TAG, save_latest=False)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        # DeepSpeed asserts deep inside its loader on a missing tag; say what is missing instead.
+        # Every rank checks, so on a missing folder all of them raise and none waits in a collective.
+        if not (Path(folder) / CHECKPOINT_TAG).is_dir():
+            raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")
+        path, _ = self.engine.load_checkpoint(str(folder), tag=CHECKPOINT_TAG)
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")

@@ -1,0 +1,127 @@
+"""Process-group setup for the learner: one process per rank, started by `torchrun` or `deepspeed`.
+
+Both launchers describe the job in the environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+`MASTER_ADDR`, `MASTER_PORT`); `init_distributed_from_env` reads it and creates the default
+`torch.distributed` process group (gloo on CPU, nccl on CUDA). A process started without a launcher
+is a world of one: the missing variables are filled in (loopback address, a free port), so the same
+code path (and the same collectives) runs in a single process too.
+
+This module never imports deepspeed: the DeepSpeed backend wraps the group created here (DeepSpeed's
+`init_distributed` adopts an already initialised `torch.distributed`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def launched() -> bool:
+    """Whether a launcher (torchrun, deepspeed) described a job in the environment."""
+    return "WORLD_SIZE" in os.environ
+
+
+def dist_env() -> DistEnv:
+    """The job as the environment describes it; a world of one when no launcher set it.
+
+    Raises if `WORLD_SIZE > 1` and a variable every rank needs is missing: guessing a rank or an
+    address there would make ranks wait for each other forever.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1:
+        missing = [k for k in ENV_KEYS if k not in os.environ]
+        if missing:
+            raise RuntimeError(f"WORLD_SIZE={world_size} but {', '.join(missing)} not set; start under torchrun or deepspeed")
+    return DistEnv(
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=world_size,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=int(os.environ.get("MASTER_PORT", "0")),
+    )
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def _fill_single_process_env() -> None:
+    # A world of one still goes through env:// initialisation (deepspeed reads the same variables),
+    # so write the defaults into the environment instead of passing them only to init_process_group.
+    if int(os.environ.get("WORLD_SIZE", "1")) != 1:
+        return
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(free_port(os.environ["MASTER_ADDR"]))
+
+
+def init_distributed_from_env(backend: str | None = None, timeout_s: float = 1800.0) -> DistEnv:
+    """Create the default process group from the environment, unless one exists already.
+
+    Idempotent. `timeout_s` bounds every collective (a peer that died makes the others fail after it
+    rather than hang forever). On CUDA the process is pinned to GPU `LOCAL_RANK`.
+    """
+    if dist.is_initialized():
+        return DistEnv(
+            rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(os.environ.get("MASTER_PORT", "0")),
+        )
+    _fill_single_process_env()
+    env = dist_env()
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return env
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main_process() -> bool:
+    """Rank 0 (the hub in atgrpo) or a process outside any group."""
+    return get_rank() == 0
