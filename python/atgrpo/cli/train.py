@@ -21,6 +21,8 @@ from pathlib import Path
 
 from atgrpo.cli.common import config_parser, load_run_config
 
+MAX_ACTOR_RESTARTS = 2
+"""A crashed actor is started again this many times; when every actor is past it, the run stops."""
 GRACE_S = 600.0
 """How long the learner gets after Ctrl-C to checkpoint and evaluate before it is killed."""
 
@@ -115,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     progress: Progress | None = None
     result: dict | None = None
     learner_log = open(logs / "learner.log", "a")
+    hub_address: list[str] = []
+    restarts: dict[int, int] = {}
+
+    def spawn_actor(i: int) -> subprocess.Popen:
+        log_file = open(logs / f"actor{i}.log", "a")
+        return subprocess.Popen(
+            child_cmd("atgrpo.cli.actor", args, ["--address", hub_address[0], "--id", f"actor{i}"]),
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
 
     def pump() -> None:
         nonlocal progress, result
@@ -124,12 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             learner_log.flush()
             if line.startswith("ATGRPO_HUB "):
                 address = line.split(maxsplit=1)[1].strip()
+                hub_address.append(address)
                 for i in range(n_actors):
-                    log_file = open(logs / f"actor{i}.log", "a")
-                    actors.append(subprocess.Popen(
-                        child_cmd("atgrpo.cli.actor", args, ["--address", address, "--id", f"actor{i}"]),
-                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                    ))
+                    actors.append(spawn_actor(i))
                 progress = Progress(out / "metrics.jsonl", cfg.run.steps)
             elif line.startswith("ATGRPO_RESULT "):
                 result = json.loads(line.split(maxsplit=1)[1])
@@ -145,9 +153,16 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
             for i, a in enumerate(actors):
                 if a.poll() not in (None, 0):
+                    restarts[i] = restarts.get(i, 0) + 1
                     msg = f"actor{i} exited with {a.returncode}; see {logs}/actor{i}.log (its units are reassigned)"
-                    (progress.write(msg) if progress else print(msg))
-                    actors[i] = _Exited()
+                    (progress.write(msg) if progress else print(msg, flush=True))
+                    if restarts[i] > MAX_ACTOR_RESTARTS:
+                        actors[i] = _Exited()
+                        if all(isinstance(x, _Exited) for x in actors):
+                            print(f"every actor failed {MAX_ACTOR_RESTARTS + 1} times; stopping the learner", file=sys.stderr)
+                            _stop(learner)
+                    else:
+                        actors[i] = spawn_actor(i)
     except KeyboardInterrupt:
         interrupted = True
         print("\nCtrl-C: asking the learner to checkpoint and stop (Ctrl-C again to kill)...", flush=True)

@@ -3,8 +3,9 @@
 A backend owns its model and optimizer; nothing else touches them. `train_step` runs forward/backward
 over the micro-batches it is given (gradient accumulation), clips the gradient norm and takes exactly
 one optimizer step. In a multi-rank job each rank passes its own share of micro-batches and the same
-`total_tokens` (the step's response-token count over all ranks); gradients are averaged by the
-backend, so every rank ends the step with identical weights.
+`total_tokens` (the step's loss normalizer over all ranks); gradients are summed across ranks by the
+backend (each rank's loss is already a share of the global mean), so every rank ends the step with
+identical weights.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class TorchBackend(LearnerBackend):
         return finish_metrics(sums, total_tokens, grad_norm)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu").contiguous() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.model.state_dict().items()}
 
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,6 @@ def warm_start(
         opt.step()
         losses.append(loss.item())
         if log is not None and (step % 25 == 0 or step == steps - 1):
-            log(f"warm start step {step + 1}/{steps} loss {float(loss):.3f}")
+            log(f"warm start step {step + 1}/{steps} loss {losses[-1]:.3f}")
     model.eval()
     return losses

@@ -144,7 +144,7 @@ class GameWorkflow:
                     ]
                     t0 = time.perf_counter()
                     call += 1
-                    outs = handle.engine.generate(prompts, params, seed=None if seed is None else seed * 1000 + call)
+                    outs = handle.engine.generate(prompts, params, seed=None if seed is None else (seed * 1000 + call) % (2**63))
                     timings["generate_s"] += time.perf_counter() - t0
                     texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
                     target = scratch if role == TOOL else slots
