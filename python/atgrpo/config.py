@@ -108,6 +108,8 @@ class TrainSection(_Section):
     """Optimizer steps per training step: the step's samples are split into this many mini-batches."""
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward (prompt + response tokens, padded)."""
+    loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    """token_mean: every response token of the step weighs the same (the paper); seq_mean: every sample."""
     entropy_coef: float = 0.0
     kl_coef: float = 0.0
     max_staleness: int = 0

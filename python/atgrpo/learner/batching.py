@@ -32,7 +32,8 @@ class MicroBatch:
     token_weights: torch.Tensor
     """[B, L] float32 weight of each response token in the step loss: 1 for "token_mean";
     1 / (its sample's response length) for "seq_mean"."""
-    num_samples: int = 0
+    sample_index: tuple[int, ...] = ()
+    """Which of the step's samples (indices into the list given to `make_microbatches`) the rows are."""
 
     @property
     def num_tokens(self) -> int:
@@ -81,7 +82,7 @@ def make_microbatches(
                 advantages=torch.from_numpy(padded.token_advantages),
                 behaviour_logprobs=torch.from_numpy(behaviour),
                 token_weights=torch.from_numpy(weights),
-                num_samples=len(idx),
+                sample_index=tuple(int(i) for i in idx),
             )
         )
     return out

@@ -93,7 +93,7 @@ def _dummy_microbatch(device: torch.device) -> MicroBatch:
         advantages=zeros,
         behaviour_logprobs=zeros,
         token_weights=zeros,
-        num_samples=0,
+        sample_index=(),
     )
 
 

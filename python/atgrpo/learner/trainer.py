@@ -29,7 +29,7 @@ import torch.distributed as dist
 from atgrpo import kernels
 from atgrpo.config import RunConfig
 from atgrpo.learner.backends import make_backend
-from atgrpo.learner.batching import make_microbatches
+from atgrpo.learner.batching import loss_normalizer, make_microbatches
 from atgrpo.learner.hub import Hub, StepData
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.loss import LossConfig
@@ -53,7 +53,8 @@ def step_seeds(cfg: RunConfig, step: int) -> list[int]:
 def compute_advantages(samples: list[Sample], grouping: str) -> tuple[np.ndarray, kernels.GroupStats, int]:
     """Advantages for the step's samples (in order), the group statistics and the group count."""
     if not samples:
-        return np.zeros(0), kernels.GroupStats(*([0] * len(kernels.GroupStats._fields))), 0
+        empty = np.zeros(0)
+        return empty, kernels.GroupStats(empty, empty, empty.astype(np.int64), 0, 0, 0, 0), 0
     rewards = np.fromiter((s.reward for s in samples), np.float64, len(samples))
     if grouping == "trajectory":
         # One row per (env, branch): an episode's samples share its return and count once in the baseline.
@@ -67,6 +68,19 @@ def compute_advantages(samples: list[Sample], grouping: str) -> tuple[np.ndarray
     turn = np.fromiter((s.key.turn for s in samples), np.int64, len(samples))
     out = kernels.compute_advantages(env, agent, turn, rewards)
     return out.advantages, out.stats, out.num_groups
+
+
+def advantage_metrics(adv: np.ndarray, stats: kernels.GroupStats) -> dict[str, float]:
+    out = {
+        "advantage/mean": float(adv.mean()) if adv.size else 0.0,
+        "advantage/abs_mean": float(np.abs(adv).mean()) if adv.size else 0.0,
+        "advantage/zero_frac": float((adv == 0).mean()) if adv.size else 0.0,
+        "advantage/group_std_mean": float(np.nanmean(stats.std)) if stats.std.size else 0.0,
+        "advantage/group_size_mean": float(stats.size.mean()) if stats.size.size else 0.0,
+    }
+    for name in ("num_singleton", "num_constant", "num_empty", "num_nonfinite"):
+        out[f"advantage/{name.removeprefix('num_')}_groups" if name != "num_nonfinite" else "advantage/nonfinite_rewards"] = float(getattr(stats, name))
+    return out
 
 
 class Trainer:
@@ -155,18 +169,20 @@ class Trainer:
         t0 = time.perf_counter()
         adv, stats, groups = compute_advantages(samples, self.cfg.rollout.grouping)
         out: dict[str, float] = {"learner/groups": float(groups), "learner/samples": float(len(samples))}
-        out.update({f"advantage/{k}": float(v) for k, v in stats._asdict().items()})
+        out.update(advantage_metrics(adv, stats))
         for p, be in self.backends.items():
             idx = [i for i, s in enumerate(samples) if s.policy == p]
             chosen = [samples[i] for i in idx]
-            total_tokens = sum(len(s.response_ids) for s in chosen)
-            mbs = make_microbatches(chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p])
+            agg = self.cfg.train.loss_aggregation
+            mbs = make_microbatches(
+                chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p], aggregation=agg
+            )
             parts = np.array_split(np.arange(len(mbs)), self.cfg.train.minibatches) if mbs else [np.arange(0)]
+            metrics: dict[str, float] = {}
             for part in parts:
+                chunk = [chosen[j] for i in part for j in mbs[i].sample_index]
                 mine = [mbs[i] for i in part[self.rank :: self.world]]
-                tokens = sum(mbs[i].num_tokens for i in part)
-                metrics = be.train_step(mine, max(tokens, 1)) if tokens else {}
-            del total_tokens
+                metrics = be.train_step(mine, max(loss_normalizer(chunk, agg), 1))
             self.versions[p] += 1
             out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
             out[f"learner/{p}/version"] = float(self.versions[p])
