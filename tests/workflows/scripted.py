@@ -1,0 +1,32 @@
+"""A rollout engine that answers from a script instead of a model (for workflow tests)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from atgrpo.engines.base import Completion, RolloutEngine, SamplingParams
+from atgrpo.models.tokenizer import build_char_tokenizer
+
+
+class ScriptedEngine(RolloutEngine):
+    """`answer(prompt_text, index_within_call)` gives each completion's text; every call is recorded."""
+
+    def __init__(self, answer: Callable[[str, int], str], policy: str = "shared") -> None:
+        self.answer = answer
+        self.policy = policy
+        self.version = 0
+        self.tokenizer = build_char_tokenizer()
+        self.calls: list[tuple[list[str], list[str]]] = []
+
+    def generate(self, prompts, params: SamplingParams, seed=None):
+        texts = [self.tokenizer.decode(p) for p in prompts]
+        answers = [self.answer(t, i) for i, t in enumerate(texts)]
+        self.calls.append((texts, answers))
+        out = []
+        for a in answers:
+            ids = self.tokenizer.encode(a, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            out.append(Completion(ids, [-0.5] * len(ids), True))
+        return out
+
+    def load_weights(self, version, tensors):
+        self.version = version
