@@ -27,7 +27,7 @@ class RunSection(_Section):
     """Checkpoints, metrics.jsonl, TensorBoard events and the learning curve go here."""
     seed: int = 0
     """Seeds torch, the data cursor and sampling."""
-    steps: int = 60
+    steps: int = 80
     """Training steps (one optimizer update per policy per step, times `train.minibatches`)."""
     eval_every: int = 0
     """Evaluate on held-out seeds every this many steps (0: only before and after training)."""
@@ -37,14 +37,20 @@ class RunSection(_Section):
     """Save a resumable checkpoint every this many steps (and always at the end or on Ctrl-C)."""
     resume: bool = True
     """Continue from the newest checkpoint in out_dir if there is one."""
-    time_limit_s: float = 0.0
+    time_limit_s: float = 600.0
     """Stop training (checkpoint, final eval) after this many seconds of training; 0 = no limit."""
 
 
 class TaskSection(_Section):
     task: Literal["planpath", "sokoban", "sudoku"] = "planpath"
-    env: dict[str, Any] = Field(default_factory=dict)
-    """Env keys passed to `EnvPool` (see envs/<task>/README.md). `max_steps` is set to `turns`."""
+    env: dict[str, Any] = Field(
+        default_factory=lambda: {
+            "width": 6, "height": 6, "obstacle_ratio": 0.25, "min_distance": 3, "invalid_move_penalty": 0.0,
+        }
+    )
+    """Env keys passed to `EnvPool` (see envs/<task>/README.md). `max_steps` is set to `turns`.
+    The default is the CPU demo: 6x6 Plan-Path. No per-move penalty: with it, the tiny model learned to
+    answer short (fewer moves, fewer penalties) and reached the goal less often."""
     roles: list[str] = Field(default_factory=lambda: ["tool", "plan"])
     """Agents in turn order. `["plan"]` is the single-agent baseline."""
     turns: int = 4
@@ -66,7 +72,7 @@ class PolicySection(_Section):
     path: str | None = None
     """Local HF-format folder. None builds the tiny model (`tiny`) under out_dir."""
     tiny: TinyModelSpec = Field(default_factory=TinyModelSpec)
-    lr: float = 3e-4
+    lr: float = 5e-5
     weight_decay: float = 0.01
 
 
@@ -121,7 +127,7 @@ class TrainSection(_Section):
 
 
 class WarmstartSection(_Section):
-    steps: int = 150
+    steps: int = 200
     """Supervised steps on solver demonstrations before RL (0: start from the model as is)."""
     batch_size: int = 32
     lr: float = 1e-3

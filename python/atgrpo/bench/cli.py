@@ -3,6 +3,7 @@
     atgrpo-bench env            # env pool vs the pure-Python reference
     atgrpo-bench kernels        # advantage kernel vs a Python dict loop and numpy
     atgrpo-bench transport      # weight sync and sample streaming over ZMQ vs bare pyzmq
+    atgrpo-bench e2e            # default-config step time split and actor idle vs one process
     atgrpo-bench all --quick    # everything, fewer repeats
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
@@ -18,7 +19,12 @@ from pathlib import Path
 
 from atgrpo.bench.report import BenchRow, print_table, write_json
 
-SUITES = {"env": "atgrpo.bench.env", "kernels": "atgrpo.bench.kernels", "transport": "atgrpo.bench.transport"}
+SUITES = {
+    "env": "atgrpo.bench.env",
+    "kernels": "atgrpo.bench.kernels",
+    "transport": "atgrpo.bench.transport",
+    "e2e": "atgrpo.bench.e2e",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
