@@ -1,6 +1,6 @@
 """Every record that crosses a process boundary, in one leaf module (it imports nothing of atgrpo).
 
-Each message is a `msgspec.Struct` with a `kind` tag, encoded as msgpack; there is no pickle anywhere
+Each message is a `msgspec.Struct` tagged by its `type` field, encoded as msgpack; there is no pickle anywhere
 on the wire. `PROTOCOL_VERSION` travels in every `Hello`; a peer speaking another version is refused.
 Tensors never go inside a struct: a `WeightsHeader` lists them and each one follows as its own raw
 ZMQ frame (see `atgrpo.transport.tensors`).

@@ -189,7 +189,8 @@ class Hub:
     def metrics(self) -> dict[str, float]:
         with self._lock:
             out = {f"hub/{k}": float(v) for k, v in self.counters.items()}
-            out.update({f"transport/stale_rejected" if k == "stale" else f"hub/rejected_{k}": float(v) for k, v in self.ledger.rejected.items()})
+            out.update({f"hub/rejected_{k}": float(v) for k, v in self.ledger.rejected.items()})
+            out["hub/rejected_total"] = float(sum(self.ledger.rejected.values()))
             out.update({k: float(v) for k, v in self.endpoint.counters.items()})
             out["hub/actors"] = float(len(self.actors))
         return out
