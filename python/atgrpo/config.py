@@ -13,7 +13,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from atgrpo.models.tiny import TinyModelSpec
+
+class TinyModelSpec(BaseModel):
+    """Size of the built-in model. The defaults (~0.8M parameters) train on a laptop CPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    intermediate_size: int = 384
+    """Width of the MLP."""
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    """Grouped-query attention, as in Qwen3."""
+    max_positions: int = 512
+    seed: int = 0
+    """Initialisation seed: the same spec and seed give the same weights."""
 
 
 class _Section(BaseModel):

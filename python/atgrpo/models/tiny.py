@@ -9,28 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from atgrpo.config import TinyModelSpec  # defined with the run config, which must not import torch
 from atgrpo.models.tokenizer import build_char_tokenizer
-
-
-class TinyModelSpec(BaseModel):
-    """Size of the built-in model. The defaults (~0.8M parameters) train on a laptop CPU."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    hidden_size: int = 128
-    """Width of the residual stream."""
-    intermediate_size: int = 384
-    """Width of the MLP."""
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    """Grouped-query attention, as in Qwen3."""
-    max_positions: int = 512
-    seed: int = 0
-    """Initialisation seed: the same spec and seed give the same weights."""
 
 
 def build_tiny_model(spec: TinyModelSpec, folder: str | Path) -> Path:
@@ -60,3 +42,6 @@ def build_tiny_model(spec: TinyModelSpec, folder: str | Path) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+__all__ = ["TinyModelSpec", "build_tiny_model"]
