@@ -256,12 +256,11 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
         ws = cfg.warmstart
         if ws.steps:
             torch.manual_seed(cfg.run.seed)
-            roles = cfg.roles_of(p)
-            sub = cfg.model_copy(deep=True)
-            sub.task.roles = [r for r in cfg.task.roles if r in roles or r == "plan"]
+            # Demos of this policy's roles only, made by the whole team (so the plan agent's prompts
+            # show the tool agent's answer, as in every rollout).
             warm_start(
-                model, tok, GameWorkflow(sub), steps=ws.steps, batch_size=ws.batch_size, lr=ws.lr,
-                tool_noise=ws.tool_noise, seed=cfg.run.seed, log=lambda m: log_fn(f"[{p}] {m}"),
+                model, tok, GameWorkflow(cfg), steps=ws.steps, batch_size=ws.batch_size, lr=ws.lr,
+                tool_noise=ws.tool_noise, seed=cfg.run.seed, log=lambda m: log_fn(f"[{p}] {m}"), roles=cfg.roles_of(p),
             )
         model.save_pretrained(tmp)
         tmp.rename(folder)

@@ -17,16 +17,19 @@ from atgrpo.workflows.games import GameWorkflow
 
 
 def warm_start(
-    model: torch.nn.Module, tokenizer, wf: GameWorkflow, *, steps: int, batch_size: int, lr: float, tool_noise: float, seed: int, log=None
+    model: torch.nn.Module, tokenizer, wf: GameWorkflow, *, steps: int, batch_size: int, lr: float, tool_noise: float, seed: int, log=None,
+    roles: list[str] | None = None,
 ) -> list[float]:
-    """Train `model` in place for `steps` steps; returns the loss per step."""
+    """Train `model` in place for `steps` steps on the demos of `roles` (default: all); returns the loss per step."""
     if steps <= 0:
         return []
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses = []
     for step in range(steps):
-        pairs = make_demos(wf, tokenizer, batch_size, start=step * batch_size, tool_noise=tool_noise, seed=seed)
+        pairs = make_demos(
+            wf, tokenizer, batch_size, start=step * batch_size, tool_noise=tool_noise, seed=seed, roles=roles
+        )
         samples = [
             Sample("", "", 0, 0, "", GroupKey(0, 0, 0), p, r, [0.0] * len(r), 0.0, 0.0, 0.0) for p, r in pairs
         ]

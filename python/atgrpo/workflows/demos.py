@@ -9,6 +9,8 @@ the simulation really gives), so the plan agent learns to check the tool instead
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from atgrpo.envs import EnvPool
@@ -23,9 +25,16 @@ def random_moves(rng: np.random.Generator, lo: int, hi: int) -> str:
 
 
 def make_demos(
-    wf: GameWorkflow, tokenizer, count: int, *, start: int, tool_noise: float, seed: int
+    wf: GameWorkflow, tokenizer, count: int, *, start: int, tool_noise: float, seed: int,
+    roles: Collection[str] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """`count` envs' worth of demos (one per role each), from demo seeds `start .. start + count`."""
+    """`count` envs' worth of demos (one per role each), from demo seeds `start .. start + count`.
+
+    `roles`: whose demos to return (default: every role of `wf`). The demos are always made with all
+    of `wf.roles` acting, so a plan agent's prompt shows the tool agent's answer whenever the
+    workflow has a tool agent, as it does in rollouts, even when only the plan demos are returned.
+    """
+    keep = set(wf.roles if roles is None else roles)
     rng = np.random.default_rng([seed, start])
     n = count
     pool = EnvPool(wf.task, 2 * n, **wf.env_config)
@@ -52,7 +61,7 @@ def make_demos(
             answer = wf.templates.answer_text(plans[i] or "")
             noisy = TOOL in wf.roles and rng.random() < tool_noise
             tool_answers.append(wf.templates.answer_text(random_moves(rng, 1, 6)) if noisy else answer)
-            if TOOL in wf.roles:
+            if TOOL in wf.roles and TOOL in keep:
                 prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
                 out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
         views: list[tuple[str, str] | None] = [None] * len(ids)
@@ -64,7 +73,7 @@ def make_demos(
                 (tool_answers[i], outcome_word(bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])))
                 for i in range(len(ids))
             ]
-        for i, e in enumerate(ids):
+        for i, e in enumerate(ids if PLAN in keep else []):
             answer = wf.templates.answer_text(plans[i] or "")
             prompt = wf.prompt_text(PLAN, obs[i], int(turns[e]), views[i])
             out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
