@@ -92,6 +92,9 @@ class Trainer:
         self.policies = sorted(cfg.policies)
         self.versions = {p: 0 for p in self.policies}
         self.step = 0
+        self.eval_start: float | None = None
+        """Held-out success before any training step; kept in checkpoints, so a resumed run reports
+        its improvement from the start of training, not from where it resumed."""
         self.pad_ids: dict[str, int] = {}
         self.backends = {}
         loss_cfg = LossConfig(
@@ -118,6 +121,7 @@ class Trainer:
             state = {
                 "step": self.step,
                 "versions": self.versions,
+                "eval_start": self.eval_start,
                 "python_rng": random.getstate()[1][:5],
             }
             torch.save(
@@ -142,6 +146,7 @@ class Trainer:
         torch.random.set_rng_state(rng["torch_rng"])
         self.step = int(state["step"])
         self.versions = {p: int(v) for p, v in state["versions"].items()}
+        self.eval_start = state.get("eval_start")
         log.info("resumed from %s at step %d, versions %s", folder, self.step, self.versions)
         return True
 
@@ -207,9 +212,11 @@ class Trainer:
         summary: dict[str, Any] = {}
         self.publish()
         if self.rank == 0:
-            first = self.evaluate("start")
-            summary["eval_start"] = first.get("eval/success")
-            self.metrics.write(self.step, first)
+            if self.eval_start is None:  # a resumed run keeps the step-0 evaluation of the run it continues
+                first = self.evaluate("start")
+                self.eval_start = first.get("eval/success")
+                self.metrics.write(self.step, first)
+            summary["eval_start"] = self.eval_start
         start = time.monotonic()
         while self.step < cfg.run.steps:
             flag = [bool(stop_requested()) or (cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s)]
