@@ -4,7 +4,9 @@ One actor process holds one rollout engine per policy it serves and runs one uni
 trains and never decides versions: a `WorkUnit` names the version of every policy, and the actor
 fetches those weights (pull: an actor that joined late or missed a publish just asks) before it
 generates a single token. Every hub round trip has a timeout (`transport.request_timeout_s`); when it
-passes, the actor exits with an error naming what it waited for instead of hanging.
+passes, the actor exits with an error naming what it waited for instead of hanging. An actor too
+slow for its lease (`transport.unit_timeout_s`) finds its next batch of the unit refused: it drops
+that unit (the hub has given it to another actor) and asks for the next one.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class ActorError(RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 
 
+class UnitLost(Exception):
+    """The hub refused a batch of the unit: its lease expired (this actor was too slow, or thought
+    dead) and the unit is someone else's now. The actor drops the unit and asks for the next one."""
+
+
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
     folder = policy_dir(cfg, policy)
     tokenizer = load_tokenizer(folder)
@@ -71,6 +78,7 @@ class Actor:
         self.handles: dict[str, PolicyHandle] = {}
         self.idle_s = 0.0
         self.sync_s = 0.0
+        self.units_lost = 0
         ro = cfg.rollout
         self.sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p)
 
@@ -101,8 +109,13 @@ class Actor:
             if not isinstance(reply, WorkUnit):
                 raise ActorError(f"expected a work unit, got {type(reply).__name__}")
             self.idle_s += time.perf_counter() - idle_since
-            self._do_unit(reply)
-            done += 1
+            try:
+                self._do_unit(reply)
+            except UnitLost as exc:
+                self.units_lost += 1
+                log.warning("%s: dropped unit %d (%s); is transport.unit_timeout_s too short for it?", self.actor_id, reply.unit_id, exc)
+            else:
+                done += 1
             idle_since = time.perf_counter()
         self.client.close()
         return done
@@ -118,7 +131,9 @@ class Actor:
         self.sync_s += time.perf_counter() - start
 
     def _stream(self, unit: WorkUnit, samples: list[Sample], last: bool, **extra) -> None:
-        reply = self._ask(SampleBatch(self.actor_id, unit.unit_id, samples, last, **extra))
+        reply = self.client.request(SampleBatch(self.actor_id, unit.unit_id, samples, last, **extra))
+        if isinstance(reply, Refused):
+            raise UnitLost(f"hub refused its samples: {reply.reason}")
         if not isinstance(reply, SampleAck):
             raise ActorError(f"expected an ack for unit {unit.unit_id}, got {type(reply).__name__}")
         if reply.rejected:
@@ -151,4 +166,4 @@ def configure_threads(n: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 
 
-__all__ = ["Actor", "ActorError", "configure_threads", "make_engine"]
+__all__ = ["Actor", "ActorError", "UnitLost", "configure_threads", "make_engine"]
