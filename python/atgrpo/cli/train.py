@@ -4,7 +4,8 @@ The launcher only spawns and wires: it starts `atgrpo-learner`, waits for its `A
 starts the actors against that address, shows a progress bar from `metrics.jsonl`, and writes each
 child's log to `out_dir/logs/`. Children run in their own sessions, so a Ctrl-C reaches only the
 launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut down)
-and, once the learner is gone, stops any actor still running. No child outlives the launcher.
+and, once the learner is gone, stops any actor still running. SIGTERM to the launcher is handled the
+same way (exit status 143 instead of 130). No child outlives the launcher.
 `--print-commands` prints the commands for a multi-host run instead of starting anything.
 """
 
@@ -25,6 +26,14 @@ MAX_ACTOR_RESTARTS = 2
 """A crashed actor is started again this many times; when every actor is past it, the run stops."""
 GRACE_S = 600.0
 """How long the learner gets after Ctrl-C to checkpoint and evaluate before it is killed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the launcher: stop like on Ctrl-C, so that no child is left running."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 def child_cmd(module: str, args, extra: list[str]) -> list[str]:
@@ -109,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
+    signal.signal(signal.SIGTERM, _raise_terminated)
     learner = subprocess.Popen(
         child_cmd("atgrpo.cli.learner", args, []),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
@@ -147,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    interrupted = False
+    interrupted = 0
     try:
         while learner.poll() is None:
             time.sleep(0.2)
@@ -163,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
                             _stop(learner)
                     else:
                         actors[i] = spawn_actor(i)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\nCtrl-C: asking the learner to checkpoint and stop (Ctrl-C again to kill)...", flush=True)
+    except KeyboardInterrupt as exc:
+        interrupted = 143 if isinstance(exc, Terminated) else 130
+        what = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+        print(f"\n{what}: asking the learner to checkpoint and stop (Ctrl-C again to kill)...", flush=True)
         learner.send_signal(signal.SIGINT)
         try:
             learner.wait(timeout=GRACE_S)
@@ -189,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     elif learner.returncode:
         print(f"learner failed (exit {learner.returncode}); see {logs / 'learner.log'}", file=sys.stderr)
     if interrupted:
-        return 130
+        return interrupted
     return 0 if learner.returncode == 0 else 1
 
 
