@@ -23,7 +23,6 @@ from atgrpo.data.calltests import CALL_TEST_SETUP, call_test
 from atgrpo.data.reader import (
     OnError,
     RecordProblem,
-    Row,
     json_field,
     load_rows,
     need,
@@ -45,8 +44,7 @@ def _identifier(name: str, field: str) -> str:
 # --- HumanEval: task_id, prompt, canonical_solution, test, entry_point -------------------------------
 
 
-def _humaneval(row: Row) -> CodeProblem:
-    rec = row.data
+def _humaneval(rec: dict[str, Any], index: int) -> CodeProblem:
     entry = _identifier(need_str(rec, "entry_point"), "entry_point")
     prompt = need_str(rec, "prompt")
     test = need_str(rec, "test")
@@ -91,8 +89,7 @@ def _mbpp_entry(code: str, tests: list[str]) -> str:
     return ""
 
 
-def _mbpp(row: Row, with_challenge: bool, show_tests: bool) -> CodeProblem:
-    rec = row.data
+def _mbpp(rec: dict[str, Any], index: int, with_challenge: bool, show_tests: bool) -> CodeProblem:
     text = need_str(rec, "text", "prompt")
     tests = str_list(need(rec, "test_list"), "test_list")
     if not tests:
@@ -131,7 +128,7 @@ def load_mbpp(
     one test; `test_setup_code` / `test_imports` become `test_setup`. With `show_tests` (MBPP's own
     prompting convention) the prompt lists the asserts, which is how the model learns the function name."""
     return load_rows(
-        path, "mbpp", lambda r: _mbpp(r, with_challenge_tests, show_tests), on_error=on_error, limit=limit
+        path, "mbpp", lambda rec, i: _mbpp(rec, i, with_challenge_tests, show_tests), on_error=on_error, limit=limit
     )
 
 
@@ -147,8 +144,7 @@ def _joined(value: Any, what: str) -> str:
     raise RecordProblem(f"{what} must be a string or a list of strings")
 
 
-def _apps(row: Row) -> CodeProblem:
-    rec = row.data
+def _apps(rec: dict[str, Any], index: int) -> CodeProblem:
     io_spec = json_field(rec, "input_output")
     if not isinstance(io_spec, dict):
         raise RecordProblem("field 'input_output' must be a JSON object")
@@ -164,7 +160,7 @@ def _apps(row: Row) -> CodeProblem:
         sols = json_field(rec, "solutions")
         if isinstance(sols, list) and sols and isinstance(sols[0], str):
             reference = sols[0]
-    common = dict(
+    common: dict[str, Any] = dict(
         id=need_id(rec, "problem_id", "id"),
         source="apps",
         prompt=need_str(rec, "question"),
@@ -225,8 +221,7 @@ def _cc_reference(rec: dict[str, Any]) -> str:
     return ""
 
 
-def _codecontests(row: Row, with_generated: bool) -> CodeProblem:
-    rec = row.data
+def _codecontests(rec: dict[str, Any], index: int, with_generated: bool) -> CodeProblem:
     public = _cc_tests(rec, "public_tests")
     hidden = _cc_tests(rec, "private_tests")
     if with_generated:
@@ -259,7 +254,7 @@ def load_codecontests(
     the private ones (plus `generated_tests` when asked: many and large). `reference` is the first PYTHON3
     solution; limits come from `time_limit` and `memory_limit_bytes`."""
     return load_rows(
-        path, "codecontests", lambda r: _codecontests(r, with_generated_tests), on_error=on_error, limit=limit
+        path, "codecontests", lambda rec, i: _codecontests(rec, i, with_generated_tests), on_error=on_error, limit=limit
     )
 
 
@@ -317,8 +312,7 @@ def _lcb_call(name: str, case: dict[str, Any], where: str) -> str:
     return call_test(name, args, want)
 
 
-def _livecodebench(row: Row) -> CodeProblem:
-    rec = row.data
+def _livecodebench(rec: dict[str, Any], index: int) -> CodeProblem:
     public = _lcb_cases(rec, "public_test_cases")
     private = _lcb_cases(rec, "private_test_cases")
     if not public and not private:
@@ -326,7 +320,7 @@ def _livecodebench(row: Row) -> CodeProblem:
     kinds = {t.get("testtype", "stdin") for t in public + private}
     if len(kinds) > 1:
         raise RecordProblem("mixes stdin and functional test cases")
-    common = dict(
+    common: dict[str, Any] = dict(
         id=need_id(rec, "question_id"),
         source="livecodebench",
         prompt=need_str(rec, "question_content"),
@@ -361,8 +355,8 @@ def load_livecodebench(path: str | Path, *, on_error: OnError = "raise", limit: 
 # --- atgrpo's own format: CodeProblem records as JSONL ----------------------------------------------
 
 
-def _native(row: Row) -> CodeProblem:
-    rec = dict(row.data)
+def _native(rec: dict[str, Any], index: int) -> CodeProblem:
+    rec = dict(rec)
     rec.setdefault("source", "atgrpo")
     return msgspec.convert(rec, CodeProblem)
 

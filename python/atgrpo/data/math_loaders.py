@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from atgrpo.data.reader import OnError, RecordProblem, Row, load_rows, need, need_id, need_str, opt_str, scalar_meta
+from atgrpo.data.reader import OnError, RecordProblem, load_rows, need, need_id, need_str, opt_str, scalar_meta
 from atgrpo.data.records import MathProblem, ProblemSet
 from atgrpo.verify.extract import last_boxed
 
@@ -29,8 +29,7 @@ def strip_thousands(answer: str) -> str:
 # --- GSM8K: question, answer ("...reasoning...\n#### 42") ----------------------------------------------
 
 
-def _gsm8k(row: Row) -> MathProblem:
-    rec = row.data
+def _gsm8k(rec: dict[str, Any], index: int) -> MathProblem:
     solution = need_str(rec, "answer")
     if "####" not in solution:
         raise RecordProblem("field 'answer' has no '#### <final answer>' line")
@@ -38,7 +37,7 @@ def _gsm8k(row: Row) -> MathProblem:
     if not final:
         raise RecordProblem("nothing after '####' in field 'answer'")
     return MathProblem(
-        id=need_id(rec, "id") if rec.get("id") is not None else f"gsm8k/{row.index}",
+        id=need_id(rec, "id") if rec.get("id") is not None else f"gsm8k/{index}",
         source="gsm8k",
         question=need_str(rec, "question"),
         answer=final,
@@ -55,8 +54,7 @@ def load_gsm8k(path: str | Path, *, on_error: OnError = "raise", limit: int | No
 # --- MATH: problem, solution, level, type  (MATH-500 adds answer, subject, unique_id) --------------------
 
 
-def _math(row: Row) -> MathProblem:
-    rec = row.data
+def _math(rec: dict[str, Any], index: int) -> MathProblem:
     solution = opt_str(rec, "solution")
     answer = opt_str(rec, "answer").strip()
     if not answer:
@@ -68,7 +66,7 @@ def _math(row: Row) -> MathProblem:
         answer = boxed.strip()
     return MathProblem(
         id=need_id(rec, "unique_id", "id") if any(rec.get(k) is not None for k in ("unique_id", "id"))
-        else f"math/{row.index}",
+        else f"math/{index}",
         source="math",
         question=need_str(rec, "problem"),
         answer=answer,
@@ -106,11 +104,10 @@ def _aime_answer(value: Any) -> str:
     return str(n)
 
 
-def _aime(row: Row) -> MathProblem:
-    rec = row.data
+def _aime(rec: dict[str, Any], index: int) -> MathProblem:
     has_id = any(rec.get(k) is not None for k in _AIME_ID)
     return MathProblem(
-        id=need_id(rec, *_AIME_ID) if has_id else f"aime/{row.index}",
+        id=need_id(rec, *_AIME_ID) if has_id else f"aime/{index}",
         source="aime",
         question=need_str(rec, *_AIME_QUESTION),
         answer=_aime_answer(need(rec, *_AIME_ANSWER)),
@@ -128,8 +125,8 @@ def load_aime(path: str | Path, *, on_error: OnError = "raise", limit: int | Non
 # --- atgrpo's own format: MathProblem records as JSONL ----------------------------------------------
 
 
-def _native(row: Row) -> MathProblem:
-    rec = dict(row.data)
+def _native(rec: dict[str, Any], index: int) -> MathProblem:
+    rec = dict(rec)
     rec.setdefault("source", "atgrpo")
     if isinstance(rec.get("answer"), (int, float)) and not isinstance(rec.get("answer"), bool):
         rec["answer"] = str(rec["answer"])

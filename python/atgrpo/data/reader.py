@@ -142,12 +142,12 @@ def first_row(path: str | Path) -> dict[str, Any]:
 def load_rows(
     path: str | Path,
     fmt: str,
-    convert: Callable[[Row], P],
+    convert: Callable[[dict[str, Any], int], P],
     *,
     on_error: OnError = "raise",
     limit: int | None = None,
 ) -> ProblemSet[P]:
-    """Convert every row with `convert`; ids must be unique. A bad record raises `DatasetRecordError`
+    """Convert every row with `convert(record, row_index)`; ids must be unique. A bad record raises `DatasetRecordError`
     naming its place, or with `on_error="skip"` is counted in `ProblemSet.skipped` and left out."""
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -160,7 +160,7 @@ def load_rows(
         try:
             if row.data is None:
                 raise RecordProblem(row.problem)
-            problem = convert(row)
+            problem = convert(row.data, row.index)
             if problem.id in seen:
                 raise RecordProblem(f"duplicate id {problem.id!r} (first at {seen[problem.id]})")
         except RecordProblem as e:

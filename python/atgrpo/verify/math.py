@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 import msgspec
 
@@ -76,6 +76,9 @@ class Verdict(msgspec.Struct, frozen=True):
     detail: str = ""
 
 
+_tokens = itertools.count(1)
+
+
 @dataclass
 class _Job:
     index: int
@@ -85,16 +88,13 @@ class _Job:
     """Request id on the wire, unique per process: a late reply to an abandoned job is never misread."""
 
 
-_tokens = itertools.count(1)
-
-
 class _Worker:
     """One worker process and its pipe state. Used by one call at a time (the pool hands it out)."""
 
     def __init__(self, args: list[str], startup_timeout_s: float) -> None:
         self.args = args
         self.startup_timeout_s = startup_timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.buf = bytearray()
         self.ready = False
         self.start_deadline = 0.0
@@ -113,19 +113,24 @@ class _Worker:
             stderr=subprocess.DEVNULL,
             close_fds=True,
         )
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self.fileno(), False)
         self.buf.clear()
         self.ready = False
         self.start_deadline = time.monotonic() + self.startup_timeout_s
 
+    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        return self.proc.stdin, self.proc.stdout
+
     def fileno(self) -> int:
-        return self.proc.stdout.fileno()
+        return self._pipes()[1].fileno()
 
     def send(self, msg: dict) -> bool:
         body = msgspec.msgpack.encode(msg)
         try:
-            self.proc.stdin.write(struct.pack(">I", len(body)) + body)
-            self.proc.stdin.flush()
+            stdin = self._pipes()[0]
+            stdin.write(struct.pack(">I", len(body)) + body)
+            stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -157,7 +162,7 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in self._pipes():
             try:
                 f.close()
             except OSError:
@@ -170,7 +175,7 @@ class _Worker:
         if self.proc is None:
             return
         try:
-            self.proc.stdin.close()
+            self._pipes()[0].close()
             self.proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -281,6 +286,7 @@ class MathVerifier:
     # --- internals --------------------------------------------------------------------------------
 
     def _prepare(self, prediction: str, extract: bool) -> tuple[Verdict | None, str, str | None]:
+        rule: str | None
         if extract:
             found = extract_answer(prediction)
             answer, rule = (found.text, found.rule) if found else ("", None)
