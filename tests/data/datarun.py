@@ -51,7 +51,7 @@ sys.stdout.write(json.dumps(results))
 
 def run_function_tests(jobs: list[tuple[str, CodeProblem]]) -> list[list[bool]]:
     """For each (program, problem): pass/fail per test, all jobs in one interpreter."""
-    payload = [{"program": prog, "setup": p.test_setup, "tests": list(p.tests)} for prog, p in jobs]
+    payload = [{"program": p.program(prog), "setup": p.test_setup, "tests": list(p.tests)} for prog, p in jobs]
     out = subprocess.run(
         [sys.executable, "-c", _BATCH], input=json.dumps(payload), capture_output=True, text=True, timeout=120
     )
@@ -66,7 +66,8 @@ def _norm(text: str) -> list[str]:
     return lines
 
 
-def run_stdio_case(program: str, case: IOCase) -> bool:
+def run_stdio_case(solution: str, case: IOCase, problem: CodeProblem | None = None) -> bool:
+    program = problem.program(solution) if problem is not None else solution
     out = subprocess.run(
         [sys.executable, "-I", "-c", program], input=case.input, capture_output=True, text=True, timeout=30
     )

@@ -100,8 +100,9 @@ def test_apps_stdin_stdout(write_jsonl) -> None:
     (p,) = load_apps(write_jsonl("apps.jsonl", [APPS_STDIO]))
     assert (p.id, p.style, p.meta["difficulty"]) == ("17", "stdio", "introductory")
     assert p.cases == (IOCase("1 2\n", "3\n"), IOCase("3 4", "7"))  # lists of lines are joined
-    assert all(run_stdio_case(p.reference, c) for c in p.cases)
-    assert not run_stdio_case("print(0)", p.cases[0])
+    assert all(run_stdio_case(p.reference, c, p) for c in p.cases)
+    assert not run_stdio_case("print(0)", p.cases[0], p)
+    assert run_stdio_case("print(sum(map(int, sys.stdin.read().split())))", p.cases[0], p)  # judge imports
 
 
 def test_apps_call_based_function_and_solution_class(write_jsonl) -> None:
@@ -207,11 +208,12 @@ def test_livecodebench_functional_leetcode(write_jsonl) -> None:
     assert p.source == "livecodebench" and p.style == "function" and p.entry_point == "pairSum"
     assert len(p.tests) == 3
     solution = (
-        "class Solution:\n    def pairSum(self, nums, target):\n"
+        "class Solution:\n    def pairSum(self, nums: List[int], target: int) -> List[int]:\n"
         "        for i in range(len(nums)):\n            for j in range(i + 1, len(nums)):\n"
         "                if nums[i] + nums[j] == target:\n                    return (i, j)\n        return []\n"
     )
     assert run_function_tests([(solution, p)]) == [[True, True, False]]  # no pair sums to 10
+    assert "from typing import *" in p.prelude  # the stub's List works as under LCB's own judge
 
 
 def test_atgrpo_native_round_trip(tmp_path: Path) -> None:

@@ -15,6 +15,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+JUDGE_PRELUDE = """\
+import bisect, collections, functools, heapq, itertools, math, random, re, string, sys
+from collections import Counter, OrderedDict, defaultdict, deque
+from functools import cache, lru_cache, reduce
+from heapq import heapify, heappop, heappush
+from itertools import accumulate, combinations, permutations, product
+from math import ceil, floor, gcd, inf, log, log2, sqrt
+from typing import *
+"""
+"""Placed before APPS and LiveCodeBench solutions: both judges run candidates after a block of standard
+imports, and LeetCode stubs annotate with `List[int]` without importing it."""
+
 CALL_TEST_SETUP = '''\
 import json as _atgrpo_json
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from atgrpo.data.calltests import CALL_TEST_SETUP, call_test
+from atgrpo.data.calltests import CALL_TEST_SETUP, JUDGE_PRELUDE, call_test
 from atgrpo.data.reader import (
     OnError,
     RecordProblem,
@@ -165,6 +165,7 @@ def _apps(rec: dict[str, Any], index: int) -> CodeProblem:
         source="apps",
         prompt=need_str(rec, "question"),
         starter_code=opt_str(rec, "starter_code"),
+        prelude=JUDGE_PRELUDE,
         reference=reference,
         meta=scalar_meta(rec, "difficulty", "url"),
     )
@@ -325,6 +326,7 @@ def _livecodebench(rec: dict[str, Any], index: int) -> CodeProblem:
         source="livecodebench",
         prompt=need_str(rec, "question_content"),
         starter_code=opt_str(rec, "starter_code"),
+        prelude=JUDGE_PRELUDE,
         meta=scalar_meta(rec, "question_title", "platform", "contest_id", "contest_date", "difficulty"),
     )
     if kinds == {"functional"}:

@@ -5,10 +5,12 @@ with `format="atgrpo"`; the task packs in `envs/code` and `envs/math` are stored
 
 How a `CodeProblem`'s tests are run (the contract the sandbox implements):
 
-- `style="function"`: the program is the candidate solution, then `test_setup`, all in one module
-  namespace; then each entry of `tests` is executed in that same namespace, one verdict per entry. An entry
-  passes when it runs without raising (they are `assert ...` lines, or calls like `check(fn)` that assert).
-- `style="stdio"`: the candidate is run once per case with `input` on stdin; it passes when its stdout
+- The program is `prelude`, a newline, then the candidate solution (the prelude holds the imports the
+  dataset's own judge provides, e.g. `from typing import *` for LeetCode stubs that use `List`).
+- `style="function"`: the program, then `test_setup`, run in one module namespace; then each entry of
+  `tests` is executed in that same namespace, one verdict per entry. An entry passes when it runs without
+  raising (they are `assert ...` lines, or calls like `check(fn)` that assert).
+- `style="stdio"`: the program is run once per case with `input` on stdin; it passes when its stdout
   equals `output` up to trailing whitespace on each line and trailing blank lines. Ground truth is
   `public_cases + hidden_cases`; only `public_cases` come from the statement.
 """
@@ -46,6 +48,8 @@ class CodeProblem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """Function (or `Solution` method) the tests call; empty for stdio problems."""
     starter_code: str = ""
     """Code the model is asked to complete (HumanEval's prompt, LeetCode class stubs); may be empty."""
+    prelude: str = ""
+    """Python placed before the candidate solution (imports its judge provides); usually empty."""
     test_setup: str = ""
     """Python run after the solution and before the tests: imports, helpers, HumanEval's `check`."""
     tests: tuple[str, ...] = ()
@@ -73,6 +77,10 @@ class CodeProblem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     def cases(self) -> tuple[IOCase, ...]:
         """All stdin/stdout ground-truth cases, public first."""
         return self.public_cases + self.hidden_cases
+
+    def program(self, solution: str) -> str:
+        """The text to run for a candidate `solution`: the prelude, if any, then the solution."""
+        return f"{self.prelude}\n{solution}" if self.prelude else solution
 
 
 class MathProblem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
