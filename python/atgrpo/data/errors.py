@@ -3,11 +3,14 @@
 A loader never lets a bare `KeyError`/`TypeError` escape: a file it cannot read at all is a
 `DatasetFileError`; one record it cannot turn into a problem is a `DatasetRecordError` that names the
 file and line (or record index, for JSON arrays and parquet) and says what is wrong with it.
+
+The base class comes straight from the extension (not via `atgrpo.errors`) so that `atgrpo.errors` can
+re-export these classes without an import cycle.
 """
 
 from __future__ import annotations
 
-from atgrpo.errors import AtgrpoError
+from atgrpo._core import AtgrpoError
 
 
 class DatasetError(AtgrpoError):

@@ -38,15 +38,11 @@ from typing import IO, Literal
 
 import msgspec
 
-from atgrpo.errors import AtgrpoError
+from atgrpo.verify.errors import VerifierStartError
 from atgrpo.verify.extract import clean_answer, extract_answer
 from atgrpo.verify.numbers import fast_compare
 
 _WORKER = Path(__file__).with_name("_worker.py")
-
-
-class VerifierStartError(AtgrpoError):
-    """A Math-Verify worker process could not start (missing package, crash on import, start timeout)."""
 
 
 class Reason(enum.StrEnum):
