@@ -1,0 +1,42 @@
+//! Runs untrusted Python programs against their tests and returns one verdict per test.
+//!
+//! ```text
+//! Sandbox::new(config)             probe once: namespaces? Landlock ABI? seccomp? self-test
+//!   .run_batch(programs)           workers run them concurrently, results in input order
+//!      Worker::run(program)        private dir; interpreter starts (restart after a fatal test)
+//!         spawn::spawn             clone(CLONE_VM|CLONE_VFORK) -> isolate -> execve python -I -S
+//!         harness.py <-> protocol  every test of the start in one interpreter, results on fd 4
+//! ```
+//!
+//! Isolation layers (see `pool::IsolationReport` for what a given machine got): per-execution
+//! user, pid and ipc namespaces; a shared empty network namespace and a read-only mount namespace;
+//! Landlock (reads: interpreter and system libraries only; writes: the private directory only; no
+//! TCP; no signals or abstract sockets across the boundary); seccomp (no sockets, ptrace, io_uring,
+//! namespaces, mounts); rlimits (CPU, address space, processes, file size, open files, no core
+//! dumps); a scrubbed environment; `-I -S`; kill of the whole pid namespace (or process group).
+//!
+//! Trust boundary of the verdicts: stdout is compared in the host; assert-style results come from
+//! the harness inside the interpreter over a private fd, authenticated by a per-start nonce that is
+//! never in argv, the environment or a file. A program that prints, exits early, closes fds or
+//! writes to fd 4 cannot forge a pass. A program that deliberately walks the interpreter's frames
+//! or memory (`sys._getframe`, `ctypes`) to find the nonce could; nothing inside one interpreter
+//! can stop that, and such a program is visible in its source.
+//!
+//! Only Linux is supported (x86_64, aarch64).
+
+mod config;
+mod error;
+mod landlock;
+mod namespaces;
+mod pool;
+mod program;
+mod protocol;
+mod run;
+mod seccomp;
+mod spawn;
+mod sys;
+
+pub use config::SandboxConfig;
+pub use error::{Result, SandboxError};
+pub use pool::{IsolationReport, Sandbox};
+pub use program::{outputs_match, Program, ProgramResult, StdioCase, TestResult, Verdict};

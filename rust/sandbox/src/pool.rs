@@ -1,0 +1,290 @@
+//! `Sandbox`: probes the machine once, then runs batches of programs on a pool of worker threads.
+//!
+//! Construction: resolve the interpreter, make the work root (0700), read the Landlock ABI, make the
+//! shared namespaces, and run a self-test program through the full isolation. If the namespaced
+//! self-test fails, the reason goes into `IsolationReport::warning` and the fallback (no
+//! namespaces) is tested instead, unless `require_namespaces` makes it an error.
+//!
+//! Threads: `workers` OS threads each run one execution at a time (a blocking poll loop). Batches
+//! from several callers interleave fairly through one job queue. `run_batch` blocks its caller until
+//! its programs are done; results come back in input order. Closing (or dropping) the sandbox lets
+//! running executions finish, joins the workers and removes the work root.
+
+use std::ffi::CString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use serde::Serialize;
+
+use crate::config::SandboxConfig;
+use crate::error::{Result, SandboxError};
+use crate::landlock::{self, Fence};
+use crate::namespaces;
+use crate::program::{Program, ProgramResult, TestResult, Verdict};
+use crate::protocol::HARNESS;
+use crate::run::{Isolation, Shared, Worker};
+use crate::seccomp;
+use crate::spawn::Stacks;
+use crate::sys;
+
+/// What isolation this machine gave the sandbox, for logs and for the user to check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IsolationReport {
+    /// "namespaces", "fallback" (no namespaces) or "none" (`unsafe_no_isolation`).
+    pub mode: &'static str,
+    /// New user, pid and ipc namespaces per execution.
+    pub per_execution_namespaces: bool,
+    /// Shared empty network namespace and mount namespace (joined per execution).
+    pub shared_namespaces: bool,
+    /// Everything but the private directory is mounted read-only (mount namespace).
+    pub readonly_root: bool,
+    /// Landlock ABI version in use (0: none): file access fence, TCP (>= 4), signal scope (>= 6).
+    pub landlock_abi: u32,
+    pub seccomp: bool,
+    /// Whether programs may start child processes (only with a pid namespace and RLIMIT_NPROC).
+    pub child_processes: bool,
+    /// Root without namespaces: the capability bounding set is dropped before exec.
+    pub capabilities_dropped: bool,
+    pub rlimits: bool,
+    /// Why the sandbox runs with less than full isolation, if it does.
+    pub warning: Option<String>,
+    pub python: String,
+}
+
+type Job = (usize, Program, Sender<(usize, ProgramResult)>);
+
+pub struct Sandbox {
+    shared: Arc<Shared>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    report: IsolationReport,
+}
+
+fn make_work_root(cfg: &SandboxConfig) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = cfg.tmp_root.as_ref().map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let tag: [u8; 6] = sys::random_bytes();
+    let name = format!("atgrpo-sandbox-{}-{}", std::process::id(), tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let root = base.join(name);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&root)
+        .map_err(|e| SandboxError::InvalidConfig(format!("cannot create a work directory in {}: {e}", base.display())))?;
+    // Landlock and the bind mount need the real path (no symlinks such as /tmp -> /private/tmp).
+    root.canonicalize().map_err(|e| SandboxError::InvalidConfig(format!("{}: {e}", root.display())))
+}
+
+/// The interpreter's prefix (where its standard library lives), before and after symlinks.
+fn python_prefixes(python: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for p in [Some(python.to_path_buf()), python.canonicalize().ok()].into_iter().flatten() {
+        if let Some(prefix) = p.parent().and_then(Path::parent) {
+            if prefix != Path::new("/") && !v.contains(&prefix.to_path_buf()) {
+                v.push(prefix.to_path_buf());
+            }
+        }
+    }
+    v
+}
+
+fn seccomp_available() -> bool {
+    let arch_ok = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+    arch_ok && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0
+}
+
+fn self_test(shared: &Shared) -> std::result::Result<(), String> {
+    let program = Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
+    let stacks = Stacks::new().map_err(|e| e.to_string())?;
+    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0 };
+    let result = worker.run(&program);
+    let t = &result.tests[0];
+    if t.verdict == Verdict::Passed {
+        return Ok(());
+    }
+    let tail: String = t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+    Err(format!("self-test program got {}: {} {}", t.verdict.as_str(), t.detail, tail).trim_end().to_string())
+}
+
+impl Sandbox {
+    pub fn new(cfg: SandboxConfig) -> Result<Self> {
+        cfg.validate()?;
+        let python_path = cfg.resolve_python()?;
+        let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
+        let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(HARNESS).unwrap()].to_vec();
+        let work_root = make_work_root(&cfg)?;
+        let isolated = !cfg.unsafe_no_isolation;
+        let abi = if isolated { landlock::abi_version() } else { 0 };
+        let mut read_paths: Vec<PathBuf> = cfg.read_paths.iter().map(PathBuf::from).collect();
+        read_paths.extend(python_prefixes(&python_path));
+        let fence = if abi > 0 {
+            Some(Fence::new(abi, &read_paths).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
+        } else {
+            None
+        };
+        let has_seccomp = isolated && seccomp_available();
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let mut report = IsolationReport {
+            mode: "none",
+            per_execution_namespaces: false,
+            shared_namespaces: false,
+            readonly_root: false,
+            landlock_abi: abi,
+            seccomp: has_seccomp,
+            child_processes: !isolated,
+            capabilities_dropped: false,
+            rlimits: isolated,
+            warning: None,
+            python: python_path.display().to_string(),
+        };
+        let mut shared = Shared {
+            cfg: cfg.clone(),
+            python,
+            argv,
+            work_root,
+            isolation: Isolation::None,
+            fence,
+            filter: None,
+            drop_capabilities: false,
+        };
+        if !isolated {
+            report.warning = Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
+            self_test(&shared).map_err(SandboxError::Unavailable)?;
+            return Ok(Self::start(shared, report));
+        }
+
+        let mut why_not = if cfg.namespaces { None } else { Some("namespaces disabled by config".to_string()) };
+        if cfg.namespaces {
+            match namespaces::create(&shared.work_root) {
+                Ok(ns) => {
+                    let readonly = ns.readonly_root;
+                    shared.isolation = Isolation::Namespaces(ns);
+                    shared.filter = has_seccomp.then(|| seccomp::build(false));
+                    match self_test(&shared) {
+                        Ok(()) => {
+                            report.mode = "namespaces";
+                            report.per_execution_namespaces = true;
+                            report.shared_namespaces = true;
+                            report.readonly_root = readonly;
+                            report.child_processes = true;
+                            if !readonly {
+                                report.warning = Some("mount_setattr unavailable: the root file system is not read-only".into());
+                            }
+                            return Ok(Self::start(shared, report));
+                        }
+                        Err(e) => why_not = Some(format!("namespaced execution failed ({e})")),
+                    }
+                }
+                Err(e) => why_not = Some(format!("namespaces unavailable: {e}")),
+            }
+        }
+        let reason = why_not.unwrap_or_default();
+        if cfg.require_namespaces {
+            return Err(SandboxError::Unavailable(format!("require_namespaces is set but {reason}")));
+        }
+        shared.isolation = Isolation::Fallback;
+        shared.filter = has_seccomp.then(|| seccomp::build(true));
+        shared.drop_capabilities = is_root;
+        self_test(&shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
+        report.mode = "fallback";
+        report.capabilities_dropped = is_root;
+        let mut missing = vec!["no pid/user/network/mount namespaces; child processes are refused"];
+        if abi == 0 {
+            missing.push("no Landlock: files are protected only by the user's permissions");
+        } else if abi < 6 {
+            missing.push("Landlock < 6: signals are fenced by seccomp only");
+        }
+        if !has_seccomp {
+            missing.push("no seccomp: sockets and child processes are not blocked");
+        }
+        report.warning = Some(format!("{reason}; {}", missing.join("; ")));
+        Ok(Self::start(shared, report))
+    }
+
+    fn start(shared: Shared, report: IsolationReport) -> Self {
+        let shared = Arc::new(shared);
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..shared.cfg.workers)
+            .map(|i| {
+                let shared = Arc::clone(&shared);
+                let rx = Arc::clone(&rx);
+                std::thread::Builder::new()
+                    .name(format!("atgrpo-sandbox-{i}"))
+                    .spawn(move || worker_loop(i, &shared, &rx))
+                    .expect("spawning a sandbox worker thread")
+            })
+            .collect();
+        Self { shared, jobs: Mutex::new(Some(tx)), workers: Mutex::new(workers), report }
+    }
+
+    pub fn isolation(&self) -> &IsolationReport {
+        &self.report
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.shared.cfg
+    }
+
+    /// Runs every program (concurrently, `workers` at a time); blocks until all are done.
+    pub fn run_batch(&self, programs: Vec<Program>) -> Result<Vec<ProgramResult>> {
+        for (i, p) in programs.iter().enumerate() {
+            p.validate(i)?;
+        }
+        let n = programs.len();
+        let (tx, rx) = channel();
+        {
+            let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let sender = jobs.as_ref().ok_or(SandboxError::Closed)?;
+            for (i, p) in programs.into_iter().enumerate() {
+                sender.send((i, p, tx.clone())).map_err(|_| SandboxError::Closed)?;
+            }
+        }
+        drop(tx);
+        let mut out: Vec<Option<ProgramResult>> = vec![None; n];
+        for (i, r) in rx {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.ok_or(SandboxError::Closed))
+            .collect()
+    }
+
+    /// Stops taking work, waits for running executions, removes the work root. Idempotent.
+    pub fn close(&self) {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in workers {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
+    let stacks = match Stacks::new() {
+        Ok(s) => Some(s),
+        Err(_) => None,
+    };
+    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0 });
+    loop {
+        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let Ok((i, program, reply)) = job else { return };
+        let result = match worker.as_mut() {
+            Some(w) => catch_unwind(AssertUnwindSafe(|| w.run(&program))).unwrap_or_else(|_| failed(&program, "internal error (panic) in the sandbox")),
+            None => failed(&program, "could not allocate the worker's clone stacks"),
+        };
+        let _ = reply.send((i, result));
+    }
+}
+
+fn failed(program: &Program, msg: &str) -> ProgramResult {
+    ProgramResult { tests: vec![TestResult::bare(Verdict::SandboxError, msg); program.num_tests()], starts: 0, wall_s: 0.0 }
+}

@@ -1,0 +1,85 @@
+//! End-to-end runs of real programs (needs `python3` on PATH, as the rest of the project does).
+
+use atgrpo_sandbox::{Program, Sandbox, SandboxConfig, StdioCase, Verdict};
+
+fn sandbox(namespaces: bool) -> Sandbox {
+    let cfg = SandboxConfig { workers: 2, timeout_s: 2.0, namespaces, ..Default::default() };
+    Sandbox::new(cfg).expect("sandbox")
+}
+
+fn function(code: &str, tests: &[&str]) -> Program {
+    Program::Function { code: code.into(), setup: String::new(), tests: tests.iter().map(|t| t.to_string()).collect() }
+}
+
+fn verdicts(s: &Sandbox, p: Program) -> Vec<Verdict> {
+    s.run_batch(vec![p]).unwrap().remove(0).tests.iter().map(|t| t.verdict).collect()
+}
+
+#[test]
+fn asserts_run_in_one_interpreter_with_a_verdict_each() {
+    for ns in [true, false] {
+        let s = sandbox(ns);
+        let p = function("def f(x):\n    return x * 2\n", &["assert f(2) == 4", "assert f(2) == 5", "f(None) + 1", "assert f(0) == 0"]);
+        let r = s.run_batch(vec![p]).unwrap().remove(0);
+        let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
+        assert_eq!(v, [Verdict::Passed, Verdict::WrongAnswer, Verdict::RuntimeError, Verdict::Passed], "{:?}", s.isolation());
+        assert_eq!(r.starts, 1);
+        assert!(r.tests[2].stderr_tail.contains("TypeError"), "{:?}", r.tests[2]);
+    }
+}
+
+#[test]
+fn stdio_cases_are_compared_in_the_host() {
+    let s = sandbox(true);
+    let case = |i: &str, o: Option<&str>| StdioCase { stdin: i.as_bytes().to_vec(), expected: o.map(|o| o.as_bytes().to_vec()) };
+    let p = Program::Stdio {
+        code: "a, b = map(int, input().split())\nprint(a + b)\n".into(),
+        cases: vec![case("1 2\n", Some("3\n")), case("2 2", Some("5")), case("x", Some("1")), case("5 5", None)],
+    };
+    let r = s.run_batch(vec![p]).unwrap().remove(0);
+    let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
+    assert_eq!(v, [Verdict::Passed, Verdict::WrongAnswer, Verdict::RuntimeError, Verdict::Passed]);
+    assert_eq!(r.tests[3].stdout, b"10\n");
+}
+
+#[test]
+fn a_timeout_restarts_the_interpreter_for_the_remaining_tests() {
+    let s = Sandbox::new(SandboxConfig { timeout_s: 0.5, ..Default::default() }).unwrap();
+    let p = function("import time\n", &["assert 1", "time.sleep(30)", "assert 2"]);
+    let r = s.run_batch(vec![p]).unwrap().remove(0);
+    let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
+    assert_eq!(v, [Verdict::Passed, Verdict::Timeout, Verdict::Passed]);
+    assert_eq!(r.starts, 2);
+}
+
+#[test]
+fn a_program_that_fails_to_load_fails_every_test_once() {
+    let s = sandbox(true);
+    assert_eq!(verdicts(&s, function("def f(:\n", &["assert 1", "assert 2"])), [Verdict::RuntimeError, Verdict::RuntimeError]);
+    let r = s.run_batch(vec![function("while True: pass\n", &["assert 1", "assert 2"])]).unwrap().remove(0);
+    assert_eq!(r.tests.iter().map(|t| t.verdict).collect::<Vec<_>>(), [Verdict::Timeout, Verdict::Timeout]);
+    assert_eq!(r.starts, 1);
+}
+
+#[test]
+fn bad_programs_and_closed_sandboxes_are_errors() {
+    let s = sandbox(true);
+    assert!(s.run_batch(vec![function("x=1", &[])]).is_err());
+    s.close();
+    assert!(s.run_batch(vec![function("x=1", &["assert x"])]).is_err());
+}
+
+#[test]
+fn the_isolation_report_says_what_was_not_available() {
+    let s = sandbox(true);
+    let r = s.isolation();
+    eprintln!("{}", serde_json::to_string_pretty(r).unwrap());
+    match r.mode {
+        "namespaces" => assert!(r.per_execution_namespaces && r.shared_namespaces && r.child_processes),
+        "fallback" => assert!(r.warning.is_some() && !r.child_processes),
+        other => panic!("mode {other}"),
+    }
+    let forced = sandbox(false);
+    assert_eq!(forced.isolation().mode, "fallback");
+    assert!(forced.isolation().warning.as_deref().unwrap_or("").contains("disabled by config"));
+}
