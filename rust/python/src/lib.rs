@@ -1,13 +1,14 @@
 //! `atgrpo._core`: the only crate that knows about Python.
 //!
 //! It converts arguments, releases the GIL around batch work (see `guard`), and maps each Rust error
-//! variant to its Python exception class (see `errors`). All logic lives in `atgrpo-envs` and
-//! `atgrpo-kernels`; users import the facade `atgrpo`, never this module.
+//! variant to its Python exception class (see `errors`). All logic lives in `atgrpo-envs`,
+//! `atgrpo-kernels` and `atgrpo-sandbox`; users import the facade `atgrpo`, never this module.
 
 mod envpool;
 mod errors;
 mod guard;
 mod kernels;
+mod sandbox;
 
 use pyo3::prelude::*;
 
@@ -17,5 +18,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     envpool::register(m)?;
     kernels::register(m)?;
+    sandbox::register(m)?;
     Ok(())
 }

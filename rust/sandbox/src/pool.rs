@@ -44,7 +44,9 @@ pub struct IsolationReport {
     /// Landlock ABI version in use (0: none): file access fence, TCP (>= 4), signal scope (>= 6).
     pub landlock_abi: u32,
     pub seccomp: bool,
-    /// Whether programs may start child processes (only with a pid namespace and RLIMIT_NPROC).
+    /// Whether programs may start child processes: only where their number is bounded, i.e. with
+    /// namespaces as a non-root user (RLIMIT_NPROC per execution). As root or without namespaces,
+    /// seccomp refuses them (threads still work).
     pub child_processes: bool,
     /// Root without namespaces: the capability bounding set is dropped before exec.
     pub capabilities_dropped: bool,
@@ -161,17 +163,24 @@ impl Sandbox {
                 Ok(ns) => {
                     let readonly = ns.readonly_root;
                     shared.isolation = Isolation::Namespaces(ns);
-                    shared.filter = has_seccomp.then(|| seccomp::build(false));
+                    // RLIMIT_NPROC never applies to uid 0 (the kernel exempts root's user_struct,
+                    // whatever the user namespace), so as root children cannot be counted: refuse them.
+                    shared.filter = has_seccomp.then(|| seccomp::build(is_root));
                     match self_test(&shared) {
                         Ok(()) => {
                             report.mode = "namespaces";
                             report.per_execution_namespaces = true;
                             report.shared_namespaces = true;
                             report.readonly_root = readonly;
-                            report.child_processes = true;
+                            report.child_processes = !is_root || !has_seccomp;
+                            let mut notes = Vec::new();
                             if !readonly {
-                                report.warning = Some("mount_setattr unavailable: the root file system is not read-only".into());
+                                notes.push("mount_setattr unavailable: the root file system is not read-only");
                             }
+                            if is_root && !has_seccomp {
+                                notes.push("running as root without seccomp: child processes are not bounded");
+                            }
+                            report.warning = (!notes.is_empty()).then(|| notes.join("; "));
                             return Ok(Self::start(shared, report));
                         }
                         Err(e) => why_not = Some(format!("namespaced execution failed ({e})")),

@@ -5,10 +5,10 @@
 //! perf, keyrings, new namespaces, mounts, modules and reboot are refused with EPERM; `clone3` gets
 //! ENOSYS so that libc falls back to `clone`, whose flags a filter can read; a foreign syscall ABI
 //! (x32, i386) kills the process.
-//! Without namespaces (`Policy::no_children`) there is no pid namespace to contain children and no
-//! per-execution process count, so child processes are refused too (threads stay allowed), and
-//! signals may only target the program itself: the filter is a template whose pid slots the child
-//! fills in with its own pid (`patch_pid`) before installing it.
+//! With `no_children` (no namespaces, or running as root, where RLIMIT_NPROC does not apply) the
+//! number of processes cannot be bounded, so child processes are refused too (threads stay
+//! allowed), and signals may only target the program itself: the filter is a template whose pid
+//! slots the child fills in with its own pid (`patch_pid`) before installing it.
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xc000_003e;

@@ -75,11 +75,35 @@ fn the_isolation_report_says_what_was_not_available() {
     let r = s.isolation();
     eprintln!("{}", serde_json::to_string_pretty(r).unwrap());
     match r.mode {
-        "namespaces" => assert!(r.per_execution_namespaces && r.shared_namespaces && r.child_processes),
+        "namespaces" => {
+            assert!(r.per_execution_namespaces && r.shared_namespaces);
+            let root = unsafe { libc::geteuid() } == 0;
+            assert_eq!(r.child_processes, !(root && r.seccomp));
+        }
         "fallback" => assert!(r.warning.is_some() && !r.child_processes),
         other => panic!("mode {other}"),
     }
     let forced = sandbox(false);
     assert_eq!(forced.isolation().mode, "fallback");
     assert!(forced.isolation().warning.as_deref().unwrap_or("").contains("disabled by config"));
+}
+
+/// Keeps up to 100 children alive: they must stop at `max_processes` (RLIMIT_NPROC per execution)
+/// or, where children cannot be counted (root, no namespaces), be refused outright.
+#[test]
+fn child_processes_are_bounded_or_refused() {
+    let python = std::env::var("ATGRPO_TEST_PYTHON").ok();
+    let cfg = SandboxConfig { max_processes: 8, timeout_s: 5.0, python, ..Default::default() };
+    let s = Sandbox::new(cfg).unwrap();
+    let code = "import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError as e:\n    print(n, type(e).__name__)\n";
+    let p = Program::Stdio { code: code.into(), cases: vec![StdioCase { stdin: vec![], expected: None }] };
+    let r = s.run_batch(vec![p]).unwrap().remove(0);
+    let out = String::from_utf8_lossy(&r.tests[0].stdout).to_string();
+    eprintln!("{} children_allowed={} -> {out:?}", s.isolation().mode, s.isolation().child_processes);
+    if s.isolation().child_processes {
+        let n: usize = out.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(n < 8 && out.contains("BlockingIOError"), "{out:?}");
+    } else {
+        assert_eq!(out.trim(), "0 PermissionError");
+    }
 }
