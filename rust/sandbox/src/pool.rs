@@ -261,13 +261,15 @@ impl Sandbox {
             .collect()
     }
 
-    /// Stops taking work, waits for running executions, removes the work root. Idempotent.
+    /// Stops taking work, waits for queued and running executions, removes the work root. Idempotent.
     pub fn close(&self) {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
         let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
         for w in workers {
             let _ = w.join();
         }
+        // Queued work has drained (the workers exit only on an empty, closed queue).
+        let _ = sys::remove_tree(&self.shared.work_root);
     }
 }
 

@@ -1,0 +1,192 @@
+"""Hostile programs: each must end in a verdict, the host unharmed and the pool still working.
+
+Every test runs on a sandbox with namespaces (where the kernel allows) and on the fallback path.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from atgrpo.sandbox import Sandbox, Verdict, function_program, stdio_program
+from tests.sandbox.conftest import assert_still_works
+
+
+def run_one(sb: Sandbox, code: str, expected: str | None = "ok") -> tuple[str, str, bytes, str]:
+    """Runs `code` as a one-case stdio program; (verdict, detail, stdout, stderr tail)."""
+    t = sb.run(stdio_program(code, [("", expected)])).tests[0]
+    return t.verdict, t.detail, t.stdout, t.stderr_tail
+
+
+def processes_with(marker: str) -> list[str]:
+    """Live (non-zombie) host processes whose command line contains `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(pid)
+    return found
+
+
+def test_infinite_loop(sandbox: Sandbox) -> None:
+    assert run_one(sandbox, "while True:\n    pass\n")[0] == Verdict.TIMEOUT
+    assert_still_works(sandbox)
+
+
+def test_busy_loop_in_a_thread(sandbox: Sandbox) -> None:
+    code = "import threading\ndef spin():\n    while True:\n        pass\nt = threading.Thread(target=spin)\nt.start()\nt.join()\n"
+    assert run_one(sandbox, code)[0] == Verdict.TIMEOUT
+    # A spinning daemon thread left behind by a finished test does not outlive the execution.
+    r = sandbox.run(function_program("import threading\n", ["threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()", "assert 1"]))
+    assert r.verdicts == ["passed", "passed"]
+    assert_still_works(sandbox)
+
+
+def test_fork_bomb(sandbox: Sandbox) -> None:
+    before = len(os.listdir("/proc"))
+    verdict, detail, _, tail = run_one(sandbox, "import os\nwhile True:\n    os.fork()\n")
+    assert verdict in (Verdict.RUNTIME_ERROR, Verdict.TIMEOUT), (verdict, detail)
+    if not sandbox.isolation.child_processes:
+        assert verdict == Verdict.RUNTIME_ERROR and "PermissionError" in tail
+    assert len(os.listdir("/proc")) < before + 50  # nothing left behind on the host
+    assert_still_works(sandbox)
+
+
+def test_memory_bomb(sandbox: Sandbox) -> None:
+    verdict, detail, _, _ = run_one(sandbox, "chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))\n")
+    assert verdict == Verdict.MEMORY_LIMIT, detail
+    assert run_one(sandbox, "x = 'a' * (1 << 40)\n")[0] == Verdict.MEMORY_LIMIT
+    assert_still_works(sandbox)
+
+
+def test_a_gigabyte_of_output(sandbox: Sandbox) -> None:
+    verdict, detail, out, _ = run_one(sandbox, "import sys\nblock = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(block)\n")
+    assert verdict == Verdict.OUTPUT_LIMIT, detail
+    assert len(out) <= sandbox.config.max_output_bytes
+    verdict, *_ = run_one(sandbox, "import sys\nfor _ in range(1 << 30):\n    sys.stderr.write('e' * 4096)\n")
+    assert verdict == Verdict.OUTPUT_LIMIT
+    assert_still_works(sandbox)
+
+
+def test_writing_outside_the_private_directory(sandbox: Sandbox, tmp_path: Path) -> None:
+    targets = [tmp_path / "escaped.txt", Path("/tmp") / f"atgrpo-escape-{uuid.uuid4().hex}", Path.cwd() / "escaped.txt"]
+    for target in targets:
+        verdict, detail, _, _ = run_one(sandbox, f"open({str(target)!r}, 'w').write('pwned')\n")
+        assert verdict == Verdict.RUNTIME_ERROR and ("Permission" in detail or "Read-only" in detail), detail
+        assert not target.exists()
+    # Nor through the parent of its own directory.
+    assert run_one(sandbox, "open('../escaped.txt', 'w').write('x')\n")[0] == Verdict.RUNTIME_ERROR
+    assert_still_works(sandbox)
+
+
+def test_secrets_in_the_environment_and_files_stay_hidden(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATGRPO_FAKE_SECRET", "hunter2-do-not-leak")
+    secret_file = tmp_path / "token"
+    secret_file.write_text("hunter2-do-not-leak")
+    code = (
+        "import os\n"
+        "print(sorted(os.environ.items()))\n"
+        "for path in ['/proc/self/environ', f'/proc/{os.getppid()}/environ', '/proc/1/environ', "
+        f"{str(secret_file)!r}, '/etc/shadow']:\n"
+        "    try:\n"
+        "        print(path, open(path, 'rb').read())\n"
+        "    except OSError as e:\n"
+        "        print(path, type(e).__name__)\n"
+    )
+    verdict, _, out, err = run_one(sandbox, code, None)
+    assert verdict == Verdict.PASSED, err
+    assert b"hunter2" not in out and b"ATGRPO_FAKE_SECRET" not in out
+    env = dict(ast.literal_eval(out.splitlines()[0].decode()))
+    assert set(env) == {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR"}, env
+    assert env["HOME"] == env["TMPDIR"] != os.environ.get("HOME")
+    assert_still_works(sandbox)
+
+
+def test_opening_sockets(sandbox: Sandbox) -> None:
+    for family in ["AF_INET", "AF_INET6", "AF_UNIX"]:
+        verdict, detail, _, _ = run_one(sandbox, f"import socket\ns = socket.socket(socket.{family})\n")
+        assert verdict == Verdict.RUNTIME_ERROR and "PermissionError" in detail, detail
+    assert run_one(sandbox, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=0.5)\n")[0] == Verdict.RUNTIME_ERROR
+    assert_still_works(sandbox)
+
+
+def test_sleeping_past_the_timeout(sandbox: Sandbox) -> None:
+    verdict, detail, _, _ = run_one(sandbox, "import time\ntime.sleep(60)\n")
+    assert verdict == Verdict.TIMEOUT and "wall-clock" in detail
+    assert_still_works(sandbox)
+
+
+def test_killing_its_parent(sandbox: Sandbox) -> None:
+    code = "import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nprint('ok')\n"
+    verdict, *_ = run_one(sandbox, code)
+    assert verdict in (Verdict.PASSED, Verdict.RUNTIME_ERROR)
+    os.kill(os.getpid(), 0)  # still here
+    assert_still_works(sandbox)
+
+
+def test_closing_stdout_spoils_only_its_own_case(sandbox: Sandbox) -> None:
+    code = "import os, sys\nif sys.stdin.read() == 'close':\n    os.close(1)\n    sys.stdout.close()\nprint('ok')\n"
+    r = sandbox.run(stdio_program(code, [("close", "ok"), ("stay", "ok")]))
+    assert r.verdicts[0] in (Verdict.RUNTIME_ERROR, Verdict.WRONG_ANSWER) and r.verdicts[1] == Verdict.PASSED
+    assert_still_works(sandbox)
+
+
+def test_non_utf8_output(sandbox: Sandbox) -> None:
+    code = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00ok\\n')\nsys.stderr.buffer.write(b'\\xc3\\x28 bad')\nsys.stderr.flush()\n"
+    verdict, _, out, err = run_one(sandbox, code)
+    assert verdict == Verdict.WRONG_ANSWER and out == b"\xff\xfe\x00ok\n" and "bad" in err
+    assert_still_works(sandbox)
+
+
+def test_a_detached_grandchild_dies_with_the_verdict(sandbox: Sandbox) -> None:
+    marker = f"atgrpo-grandchild-{uuid.uuid4().hex}"
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('ok')\n"
+    )
+    verdict, detail, _, tail = run_one(sandbox, code)
+    if sandbox.isolation.child_processes:
+        assert verdict == Verdict.PASSED, (detail, tail)
+    else:
+        assert verdict == Verdict.RUNTIME_ERROR and "PermissionError" in tail
+    assert processes_with(marker) == []
+    assert_still_works(sandbox)
+
+
+def test_forged_results_do_not_pass(sandbox: Sandbox) -> None:
+    forgeries = [
+        "import os\nos._exit(0)\n",  # leave before the tests run
+        "import sys\nsys.exit(0)\nraise AssertionError\n",
+        "import os\nos.write(4, b'\\x00' * 16 + b'E' + bytes(4) + (1).to_bytes(4, 'little') + b'\\x00')\nos.write(4, b'\\x00' * 16 + b'D' + bytes(8))\nos._exit(0)\n",
+        "import os\nos.close(3)\nos.close(4)\n",
+        "print('passed')\nimport builtins\nbuiltins.AssertionError = ZeroDivisionError\n",
+    ]
+    for code in forgeries:
+        r = sandbox.run(function_program(code, ["assert False"]))
+        assert r.verdicts[0] != Verdict.PASSED, (code, r.tests)
+    assert_still_works(sandbox)
+
+
+def test_crashes_and_signals_to_itself(sandbox: Sandbox) -> None:
+    verdict, detail, _, _ = run_one(sandbox, "import ctypes\nctypes.string_at(0)\n")
+    assert verdict == Verdict.RUNTIME_ERROR and "SIGSEGV" in detail, detail
+    # With a pid namespace the program is its init, which the kernel shields from its own
+    # default-action signals; either way this ends in a verdict.
+    verdict, detail, _, _ = run_one(sandbox, f"import os\nos.kill(os.getpid(), {int(signal.SIGTERM)})\nprint('ok')\n")
+    assert verdict in (Verdict.RUNTIME_ERROR, Verdict.PASSED), detail
+    assert_still_works(sandbox)
