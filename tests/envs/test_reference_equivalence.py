@@ -13,7 +13,11 @@ from atgrpo.envs.reference import make_episode
 from pool_vs_reference import step_both
 
 CONFIGS = {
-    "planpath": [{}, {"width": 6, "height": 4, "obstacle_ratio": 0.3, "min_distance": 2}],
+    "planpath": [
+        {},
+        {"width": 6, "height": 4, "obstacle_ratio": 0.3, "min_distance": 2},
+        {"width": 5, "height": 5, "obstacle_ratio": 0.2, "min_distance": 2, "stop_at_goal": False},
+    ],
     "sokoban": [{}, {"width": 7, "height": 6, "boxes": 2, "reverse_steps": 60}],
     "sudoku": [{}, {"size": 9, "clues": 34}],
 }

@@ -24,6 +24,13 @@ def random_moves(rng: np.random.Generator, lo: int, hi: int) -> str:
     return "[" + ",".join(rng.choice(list(MOVES), size=int(rng.integers(lo, hi + 1)))) + "]"
 
 
+def first_moves(plan: str, limit: int) -> str:
+    """The first `limit` moves of a solver plan `#### [U, R, R]`: what one answer may hold."""
+    head, _, body = plan.partition("[")
+    moves = [m.strip() for m in body.rstrip("] \n").split(",") if m.strip()]
+    return head + "[" + ", ".join(moves[:limit]) + "]"
+
+
 def make_demos(
     wf: GameWorkflow, tokenizer, count: int, *, start: int, tool_noise: float, seed: int,
     roles: Collection[str] | None = None,
@@ -42,25 +49,31 @@ def make_demos(
         ids = np.arange(n)
         pool.reset(ids, DEMO_SEED_BASE + start + ids, "train")
         turns = np.zeros(n, dtype=np.int64)
+        # Half the demos start mid-episode: one to three random moves first (as one answer, or one
+        # answer per move when an answer may hold fewer moves), never using up the turn limit.
+        limit = wf.env_config.get("max_moves")  # move-list tasks only; Sudoku answers are never cut
+        per_answer = 256 if limit is None else int(limit)
         warm = ids[rng.random(n) < 0.5]
         if len(warm) and wf.turns > 1:
-            res = pool.step(warm, [random_moves(rng, 1, 3) for _ in warm])
-            turns[warm] = 1
-            live = ~pool.status(ids).done
-        else:
-            live = np.ones(n, dtype=bool)
-            res = None
-        del res
+            count = rng.integers(1, 4, size=len(warm))
+            rounds = 1 if per_answer >= 3 else min(3, wf.turns - 1)
+            for r in range(rounds):
+                todo = warm[count > r] if rounds > 1 else warm
+                if len(todo):
+                    pool.step(todo, [random_moves(rng, 1, 1 if rounds > 1 else 3) for _ in todo])
+                    turns[todo] += 1
+        live = ~pool.status(ids).done
         ids = ids[live]
         obs = pool.render(ids)
-        plans = pool.solve(ids).plans
+        plans = [p if limit is None or p is None else first_moves(p, per_answer) for p in pool.solve(ids).plans]
         eos = [tokenizer.eos_token_id]
         out = []
         tool_answers = []
         for i, e in enumerate(ids):
             answer = wf.templates.answer_text(plans[i] or "")
             noisy = TOOL in wf.roles and rng.random() < tool_noise
-            tool_answers.append(wf.templates.answer_text(random_moves(rng, 1, 6)) if noisy else answer)
+            noise = random_moves(rng, 1, min(6, per_answer)) if noisy else ""
+            tool_answers.append(wf.templates.answer_text(noise) if noisy else answer)
             if TOOL in wf.roles and TOOL in keep:
                 prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
                 out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))

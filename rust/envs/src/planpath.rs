@@ -2,7 +2,8 @@
 //!
 //! Rules (mirrored by `atgrpo.envs.reference.planpath`; documented in `envs/planpath/README.md`):
 //! - An answer is a move list (see `parse`). Moves run in order; a move off the grid or into an
-//!   obstacle is skipped and costs `invalid_move_penalty`. Reaching the goal ends the move list.
+//!   obstacle is skipped and costs `invalid_move_penalty`. Reaching the goal ends the move list,
+//!   unless `stop_at_goal` is false: then every move runs and the list must end on the goal.
 //! - Shaping: `local = (d_before - d_after) / d_start + n_invalid * invalid_move_penalty`, with d the
 //!   BFS distance to the goal, so walking an optimal path from the start earns exactly 1.0.
 //! - Solved when the agent stands on the goal. There is no terminal failure: only the turn limit
@@ -35,11 +36,14 @@ pub struct PlanPathConfig {
     pub obstacle_ratio: f64,
     /// Smallest allowed BFS distance from start to goal.
     pub min_distance: u32,
+    /// Whether reaching the goal ends the move list. When false the remaining moves still run, so a
+    /// long list that only passes over the goal does not count: RL cannot win by spraying moves.
+    pub stop_at_goal: bool,
 }
 
 impl Default for PlanPathConfig {
     fn default() -> Self {
-        Self { width: 10, height: 10, obstacle_ratio: 0.2, min_distance: 4 }
+        Self { width: 10, height: 10, obstacle_ratio: 0.2, min_distance: 4, stop_at_goal: true }
     }
 }
 
@@ -107,6 +111,7 @@ impl Level {
 pub struct PlanPath {
     level: Arc<Level>,
     pos: usize,
+    stop_at_goal: bool,
 }
 
 impl PlanPath {
@@ -161,7 +166,7 @@ impl Task for PlanPath {
             if split_of_level(&level.canonical_bytes()) != split {
                 continue;
             }
-            return Ok(Self { level: Arc::new(level), pos: start });
+            return Ok(Self { level: Arc::new(level), pos: start, stop_at_goal: cfg.stop_at_goal });
         }
         Err(EnvError::Generation(format!(
             "no {w}x{h} plan-path level with obstacle_ratio {} and min_distance {} after {MAX_ATTEMPTS} attempts",
@@ -182,7 +187,7 @@ impl Task for PlanPath {
                 Some(next) => self.pos = next,
                 None => invalid += 1,
             }
-            if self.pos == level.goal {
+            if self.stop_at_goal && self.pos == level.goal {
                 break;
             }
         }
@@ -260,7 +265,7 @@ impl Task for PlanPath {
         }
         let level = Level::new(w, h, blocked, start, goal);
         ensure(level.dist[start] != UNREACHABLE && level.dist[start] > 0, || "goal not reachable from start".into())?;
-        Ok(Self { level: Arc::new(level), pos })
+        Ok(Self { level: Arc::new(level), pos, stop_at_goal: cfg.stop_at_goal })
     }
 }
 
@@ -309,5 +314,28 @@ mod tests {
         assert!(out.local < 0.0 || env.position() != env.level.start);
         let bad = env.step(&common, Some("no moves here"), &mut scratch);
         assert_eq!(bad.local, common.parse_penalty);
+    }
+
+    #[test]
+    fn walking_past_the_goal_counts_only_when_the_list_stops_there() {
+        let common = Common::default();
+        let mut scratch = Scratch::default();
+        for stop_at_goal in [true, false] {
+            let cfg = PlanPathConfig { stop_at_goal, ..PlanPathConfig::default() };
+            let mut solved = 0;
+            for seed in 0..50 {
+                let mut env = PlanPath::generate(&cfg, seed, Split::Train).unwrap();
+                let plan = env.solve().unwrap();
+                // One extra move after the optimal plan: it leaves the goal unless it is blocked.
+                let detour = format!("{},U,D,U]", plan.trim_end_matches(']'));
+                let out = env.step(&common, Some(&detour), &mut scratch);
+                solved += usize::from(out.solved);
+            }
+            if stop_at_goal {
+                assert_eq!(solved, 50, "the goal ends the list");
+            } else {
+                assert!(solved < 50, "with stop_at_goal off, moves after the goal still run");
+            }
+        }
     }
 }

@@ -20,6 +20,7 @@ class PlanPathRefConfig:
     height: int = 10
     obstacle_ratio: float = 0.2
     min_distance: int = 4
+    stop_at_goal: bool = True
 
 
 class PlanPathRef:
@@ -27,6 +28,7 @@ class PlanPathRef:
         self.w, self.h, self.blocked, self.start, self.goal = w, h, blocked, start, goal
         self.dist = self._distances()
         self.pos = start
+        self.stop_at_goal = True
 
     def _neighbour(self, cell: int, move: str) -> int | None:
         dr, dc = DELTAS[move]
@@ -71,6 +73,7 @@ class PlanPathRef:
                 continue
             if split_of_level(level.canonical_bytes()) != split:
                 continue
+            level.stop_at_goal = cfg.stop_at_goal
             return level
         raise RuntimeError("generation failed")
 
@@ -86,7 +89,7 @@ class PlanPathRef:
                 invalid += 1
             else:
                 self.pos = nxt
-            if self.pos == self.goal:
+            if self.stop_at_goal and self.pos == self.goal:
                 break
         after = self.dist[self.pos]
         progress = (float(before) - float(after)) / float(self.dist[self.start])  # type: ignore[arg-type]
