@@ -4,6 +4,7 @@
     atgrpo-bench kernels        # advantage kernel vs a Python dict loop and numpy
     atgrpo-bench transport      # weight sync and sample streaming over ZMQ vs bare pyzmq
     atgrpo-bench e2e            # default-config step time split and actor idle vs one process
+    atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench all --quick    # everything, fewer repeats
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
@@ -24,6 +25,7 @@ SUITES = {
     "kernels": "atgrpo.bench.kernels",
     "transport": "atgrpo.bench.transport",
     "e2e": "atgrpo.bench.e2e",
+    "sandbox": "atgrpo.bench.sandbox",
 }
 
 

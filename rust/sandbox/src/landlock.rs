@@ -126,7 +126,8 @@ impl Fence {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let ruleset = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // Used by the child after it has dup2'ed onto fds 0..4, so keep it above them.
+        let ruleset = crate::sys::high(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
         for (path, rights) in &self.read {
             add_rule(&ruleset, path.as_raw_fd(), *rights)?;
         }
@@ -143,4 +144,22 @@ fn add_rule(ruleset: &OwnedFd, parent_fd: RawFd, allowed_access: u64) -> io::Res
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rulesets_live_above_the_stdio_fds() {
+        let abi = abi_version();
+        if abi == 0 {
+            return; // no Landlock on this kernel: nothing to check
+        }
+        let fence = Fence::new(abi, &[]).unwrap();
+        let dir = std::env::temp_dir();
+        // Whatever fds are free, the ruleset must not land on 0..4 (the child dup2s onto them).
+        let rulesets: Vec<OwnedFd> = (0..4).map(|_| fence.ruleset(&dir).unwrap()).collect();
+        assert!(rulesets.iter().all(|r| r.as_raw_fd() >= 10));
+    }
 }

@@ -199,10 +199,7 @@ impl Worker<'_> {
         let Ok(((ctl_r, ctl_w), (res_r, res_w), (out_r, out_w), (err_r, err_w))) = pipes else {
             return fail_all(results, "could not create pipes".into());
         };
-        let Ok(devnull) = sys::open_path(Path::new("/dev/null"), libc::O_RDONLY).and_then(|fd| {
-            let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-            sys::cvt(high).map(|h| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(h) })
-        }) else {
+        let Ok(devnull) = sys::open_path(Path::new("/dev/null"), libc::O_RDONLY).and_then(sys::high) else {
             return fail_all(results, "could not open /dev/null".into());
         };
 

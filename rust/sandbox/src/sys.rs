@@ -33,7 +33,9 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((high(r)?, high(w)?))
 }
 
-fn high(fd: OwnedFd) -> io::Result<OwnedFd> {
+/// The same file at a descriptor >= 10 (close-on-exec): the child `dup2`s onto 0..4, so anything it
+/// still needs after that must live above them.
+pub fn high(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() >= 10 {
         return Ok(fd);
     }
