@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from atgrpo.sandbox import (
     SandboxClosedError,
     SandboxConfigError,
     SandboxIsolationWarning,
+    SandboxUnavailableError,
     Verdict,
     function_program,
     humaneval_program,
@@ -187,3 +189,28 @@ def test_private_directories_are_removed(tmp_path: Path) -> None:
         assert len(list(tmp_path.iterdir())) == 1  # the sandbox's work root, private dirs already gone
         assert not any(p.name.startswith("w") for p in next(tmp_path.iterdir()).iterdir())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_interpreter_is_isolated_and_sees_only_its_directory(sandbox: Sandbox) -> None:
+    code = (
+        "import os, sys\n"
+        "print(sys.flags.isolated, sys.flags.no_site, os.getcwd() == os.environ['HOME'], os.listdir('.'))\n"
+    )
+    r = sandbox.run(stdio_program(code, [("", "1 1 True []")]))
+    assert r.passed, r.tests
+
+
+def test_a_forked_copy_of_the_host_gets_an_error_not_a_hang(sandbox: Sandbox) -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sandbox.run(function_program("x = 1", ["assert x"]))
+            code = 1
+        except SandboxUnavailableError:
+            code = 0
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sandbox.run(function_program("x = 1", ["assert x"])).passed

@@ -10,7 +10,7 @@ execution. Rows:
 - the same after this process allocated and touched 2 GB (a large actor): spawning must not copy
   the parent, so neither side should slow down (`extra.fork_exec_pass_ms` shows what a fork-based
   launcher pays for `python -I -S -c pass` in the same state);
-- executions/s at concurrency 1, 2 and 4 (a batch per pool, median of repeats).
+- executions/s at concurrency 1, 2 and 4 (batches alternating between the pools, median).
 """
 
 from __future__ import annotations
@@ -56,19 +56,21 @@ def _latencies(isolated: Sandbox, plain: Sandbox, samples: int) -> tuple[float, 
     return statistics.median(times[id(isolated)]), statistics.median(times[id(plain)])
 
 
-def _throughput(sb: Sandbox, batch: int, repeats: int) -> float:
-    """Median executions per second over `repeats` batches."""
+def _throughputs(isolated: Sandbox, plain: Sandbox, batch: int, repeats: int) -> tuple[float, float]:
+    """Median executions per second of each pool over `repeats` batches, alternating pools."""
     programs = [_program()] * batch
-    sb.run_batch(programs[: sb.config.workers])
-    rates = []
+    rates: dict[int, list[float]] = {id(isolated): [], id(plain): []}
+    for sb in (isolated, plain):
+        sb.run_batch(programs[: sb.config.workers])
     for _ in range(repeats):
-        start = time.perf_counter()
-        results = sb.run_batch(programs)
-        rates.append(batch / (time.perf_counter() - start))
-        failed = [r.tests for r in results if not r.passed]
-        if failed:
-            raise AssertionError(f"benchmark program failed: {failed[0]}")
-    return statistics.median(rates)
+        for sb in (isolated, plain):
+            start = time.perf_counter()
+            results = sb.run_batch(programs)
+            rates[id(sb)].append(batch / (time.perf_counter() - start))
+            failed = [r.tests for r in results if not r.passed]
+            if failed:
+                raise AssertionError(f"benchmark program failed: {failed[0]}")
+    return statistics.median(rates[id(isolated)]), statistics.median(rates[id(plain)])
 
 
 def _fork_exec(samples: int) -> float:
@@ -120,8 +122,7 @@ def run(quick: bool) -> list[BenchRow]:
         rows.append(_latency_row("execution latency, parent holding 2 GB", iso_s, plain_s, mode, fork_s))
     for workers in (1, 2, 4):
         with _pool(workers, True) as isolated, _pool(workers, False) as plain:
-            iso_rate = _throughput(isolated, batch, repeats)
-            plain_rate = _throughput(plain, batch, repeats)
+            iso_rate, plain_rate = _throughputs(isolated, plain, batch, repeats)
         rows.append(
             BenchRow(
                 SUITE,

@@ -60,6 +60,8 @@ type Job = (usize, Program, Sender<(usize, ProgramResult)>);
 
 pub struct Sandbox {
     shared: Arc<Shared>,
+    /// The process that made the pool: a forked copy of it has no worker threads.
+    owner_pid: u32,
     jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     report: IsolationReport,
@@ -226,7 +228,7 @@ impl Sandbox {
                     .expect("spawning a sandbox worker thread")
             })
             .collect();
-        Self { shared, jobs: Mutex::new(Some(tx)), workers: Mutex::new(workers), report }
+        Self { shared, owner_pid: std::process::id(), jobs: Mutex::new(Some(tx)), workers: Mutex::new(workers), report }
     }
 
     pub fn isolation(&self) -> &IsolationReport {
@@ -239,6 +241,12 @@ impl Sandbox {
 
     /// Runs every program (concurrently, `workers` at a time); blocks until all are done.
     pub fn run_batch(&self, programs: Vec<Program>) -> Result<Vec<ProgramResult>> {
+        if std::process::id() != self.owner_pid {
+            return Err(SandboxError::Unavailable(format!(
+                "this sandbox belongs to process {} (this is a fork of it, without its worker threads); make a new Sandbox",
+                self.owner_pid
+            )));
+        }
         for (i, p) in programs.iter().enumerate() {
             p.validate(i)?;
         }
@@ -263,6 +271,9 @@ impl Sandbox {
 
     /// Stops taking work, waits for queued and running executions, removes the work root. Idempotent.
     pub fn close(&self) {
+        if std::process::id() != self.owner_pid {
+            return; // a forked copy owns neither the workers nor the directory
+        }
         self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
         let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
         for w in workers {
