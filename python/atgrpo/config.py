@@ -57,8 +57,19 @@ class RunSection(_Section):
     """Stop training (checkpoint, final eval) after this many seconds of training; 0 = no limit."""
 
 
+TASK_ROLES: dict[str, tuple[list[str], set[str], set[str]]] = {
+    # task: (default roles in turn order, allowed roles, roles of which at least one must be present)
+    "planpath": (["tool", "plan"], {"tool", "plan"}, {"plan"}),
+    "sokoban": (["tool", "plan"], {"tool", "plan"}, {"plan"}),
+    "sudoku": (["tool", "plan"], {"tool", "plan"}, {"plan"}),
+    "code": (["coder", "tester"], {"coder", "tester"}, {"coder"}),
+    "math": (["tool", "reasoner"], {"tool", "reasoner"}, {"tool", "reasoner"}),
+}
+GAME_TASKS = ("planpath", "sokoban", "sudoku")
+
+
 class TaskSection(_Section):
-    task: Literal["planpath", "sokoban", "sudoku"] = "planpath"
+    task: Literal["planpath", "sokoban", "sudoku", "code", "math"] = "planpath"
     env: dict[str, Any] = Field(
         default_factory=lambda: {
             "width": 6, "height": 6, "obstacle_ratio": 0.25, "min_distance": 3, "invalid_move_penalty": 0.0,
@@ -66,21 +77,41 @@ class TaskSection(_Section):
     )
     """Env keys passed to `EnvPool` (see envs/<task>/README.md). `max_steps` is set to `turns`.
     The default is the CPU demo: 6x6 Plan-Path. No per-move penalty: with it, the tiny model learned to
-    answer short (fewer moves, fewer penalties) and reached the goal less often."""
-    roles: list[str] = Field(default_factory=lambda: ["tool", "plan"])
-    """Agents in turn order. `["plan"]` is the single-agent baseline."""
+    answer short (fewer moves, fewer penalties) and reached the goal less often. Unused by code and math."""
+    roles: list[str] | None = None
+    """Agents in turn order. Default per task: games ["tool", "plan"] (`["plan"]` is the single-agent
+    baseline), code ["coder", "tester"] (`["coder"]`), math ["tool", "reasoner"] (`["reasoner"]`)."""
     turns: int = 4
     """T: the turn limit of an episode."""
     prompts: Literal["compact", "paper"] = "compact"
     """Template set under envs/<task>/prompts/: compact for the tiny model, paper for chat models."""
+    tool_mode: Literal["answer", "program"] = "answer"
+    """Games: the tool agent answers a move list (answer) or writes a Python program that prints one,
+    run in the sandbox (program, the paper's setting)."""
+    dataset: str | None = None
+    """Code and math: problem file for training (None: the task pack's envs/<task>/problems.jsonl)."""
+    dataset_format: str = "auto"
+    """Format of `dataset` and `eval_dataset` (see envs/code/README.md, envs/math/README.md)."""
+    eval_dataset: str | None = None
+    """Code and math: held-out problem file (None: the training set). Env seed s is problem s mod len."""
+    alpha: float = 1.0
+    """Code and math: reward = alpha * team + local (games: set in the env's parameters)."""
+    sandbox_timeout_s: float = 5.0
+    """Wall-clock limit per test of a program run in the sandbox (code, math tool agent, program mode)."""
 
     @model_validator(mode="after")
     def _roles_known(self) -> "TaskSection":
-        unknown = set(self.roles) - {"tool", "plan"}
-        if unknown or not self.roles or len(set(self.roles)) != len(self.roles):
-            raise ValueError(f"roles must be distinct names among 'tool', 'plan'; got {self.roles}")
-        if "plan" not in self.roles:
-            raise ValueError("the plan agent acts on the env; roles must include 'plan'")
+        default, allowed, needed = TASK_ROLES[self.task]
+        if self.roles is None:
+            object.__setattr__(self, "roles", list(default))
+        roles = self.roles or []
+        unknown = set(roles) - allowed
+        if unknown or not roles or len(set(roles)) != len(roles):
+            raise ValueError(f"roles must be distinct names among {sorted(allowed)}; got {roles}")
+        if not needed & set(roles):
+            raise ValueError(f"roles of task {self.task} must include one of {sorted(needed)}; got {roles}")
+        if self.turns < 1 or self.sandbox_timeout_s <= 0:
+            raise ValueError("turns must be >= 1 and sandbox_timeout_s > 0")
         return self
 
 
