@@ -214,3 +214,8 @@ def test_a_forked_copy_of_the_host_gets_an_error_not_a_hang(sandbox: Sandbox) ->
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert sandbox.run(function_program("x = 1", ["assert x"])).passed
+
+
+def test_a_tight_timeout_is_a_verdict_not_a_construction_failure() -> None:
+    with make("namespaces", timeout_s=0.01) as sb:  # the self-test runs with generous limits
+        assert sb.run(function_program("import time\ntime.sleep(1)", ["assert 1"])).verdicts == ["timeout"]

@@ -22,7 +22,8 @@
 //! or memory (`sys._getframe`, `ctypes`) to find the nonce could; nothing inside one interpreter
 //! can stop that, and such a program is visible in its source.
 //!
-//! Only Linux is supported (x86_64, aarch64).
+//! Linux only (x86_64, aarch64), kernel >= 5.4 (pidfds). Optional, probed once: user namespaces,
+//! Landlock (5.13), `mount_setattr` (5.12), seccomp; `IsolationReport` says what was found.
 
 mod config;
 mod error;

@@ -99,11 +99,17 @@ fn seccomp_available() -> bool {
     arch_ok && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0
 }
 
-fn self_test(shared: &Shared) -> std::result::Result<(), String> {
+/// Runs a trivial program through the chosen isolation, with generous time limits (a tight
+/// `timeout_s` on a loaded machine must not pass for "this kernel cannot sandbox").
+fn self_test(shared: &mut Shared) -> std::result::Result<(), String> {
     let program = Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
     let stacks = Stacks::new().map_err(|e| e.to_string())?;
+    let limits = (shared.cfg.timeout_s, shared.cfg.program_timeout_s);
+    shared.cfg.timeout_s = limits.0.max(30.0);
+    shared.cfg.program_timeout_s = limits.1.max(30.0);
     let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0 };
     let result = worker.run(&program);
+    (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
     let t = &result.tests[0];
     if t.verdict == Verdict::Passed {
         return Ok(());
@@ -155,7 +161,7 @@ impl Sandbox {
         };
         if !isolated {
             report.warning = Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
-            self_test(&shared).map_err(SandboxError::Unavailable)?;
+            self_test(&mut shared).map_err(SandboxError::Unavailable)?;
             return Ok(Self::start(shared, report));
         }
 
@@ -168,7 +174,7 @@ impl Sandbox {
                     // RLIMIT_NPROC never applies to uid 0 (the kernel exempts root's user_struct,
                     // whatever the user namespace), so as root children cannot be counted: refuse them.
                     shared.filter = has_seccomp.then(|| seccomp::build(is_root));
-                    match self_test(&shared) {
+                    match self_test(&mut shared) {
                         Ok(()) => {
                             report.mode = "namespaces";
                             report.per_execution_namespaces = true;
@@ -198,7 +204,7 @@ impl Sandbox {
         shared.isolation = Isolation::Fallback;
         shared.filter = has_seccomp.then(|| seccomp::build(true));
         shared.drop_capabilities = is_root;
-        self_test(&shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
+        self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
         report.mode = "fallback";
         report.capabilities_dropped = is_root;
         let mut missing = vec!["no pid/user/network/mount namespaces; child processes are refused"];
