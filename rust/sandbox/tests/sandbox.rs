@@ -107,3 +107,30 @@ fn child_processes_are_bounded_or_refused() {
         assert_eq!(out.trim(), "0 PermissionError");
     }
 }
+
+/// A grandchild that detaches (setsid) must be dead once the verdict is in: with namespaces the
+/// kernel kills the pid namespace; where children are refused it never exists.
+#[test]
+fn a_detached_grandchild_is_dead_after_the_verdict() {
+    let python = std::env::var("ATGRPO_TEST_PYTHON").ok();
+    let s = Sandbox::new(SandboxConfig { timeout_s: 5.0, python, ..Default::default() }).unwrap();
+    let marker = format!("atgrpo-rust-grandchild-{}", std::process::id());
+    let code = format!(
+        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)', '{marker}'])\n    os._exit(0)\ntime.sleep(0.3)\nprint('ok')\n"
+    );
+    let p = Program::Stdio { code, cases: vec![StdioCase { stdin: vec![], expected: Some(b"ok".to_vec()) }] };
+    let t = s.run_batch(vec![p]).unwrap().remove(0).tests.remove(0);
+    let expected = if s.isolation().child_processes { Verdict::Passed } else { Verdict::RuntimeError };
+    assert_eq!(t.verdict, expected, "{t:?}");
+    let alive: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = stat.rsplit(')').next()?.split_whitespace().next()? == "Z";
+            (!zombie && String::from_utf8_lossy(&cmd).contains(&marker)).then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert!(alive.is_empty(), "grandchildren still alive: {alive:?}");
+}
