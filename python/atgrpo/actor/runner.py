@@ -35,7 +35,8 @@ from atgrpo.messages import (
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
-from atgrpo.workflows.games import GameWorkflow, PolicyHandle
+from atgrpo.workflows.factory import make_workflow
+from atgrpo.workflows.games import PolicyHandle
 
 log = logging.getLogger("atgrpo.actor")
 
@@ -73,7 +74,7 @@ class Actor:
         self.client = ActorClient(
             address, self.actor_id, timeout_s=cfg.transport.request_timeout_s, max_message_bytes=cfg.transport.max_message_bytes
         )
-        self.workflow = GameWorkflow(cfg)
+        self.workflow = make_workflow(cfg)
         self.policies = sorted(set(cfg.role_policy.values()))
         self.handles: dict[str, PolicyHandle] = {}
         self.idle_s = 0.0
@@ -118,6 +119,9 @@ class Actor:
                 done += 1
             idle_since = time.perf_counter()
         self.client.close()
+        close = getattr(self.workflow, "close", None)  # code and math hold a sandbox
+        if close is not None:
+            close()
         return done
 
     def _sync(self, unit: WorkUnit) -> None:

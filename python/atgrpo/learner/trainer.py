@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from atgrpo import kernels
-from atgrpo.config import RunConfig
+from atgrpo.config import GAME_TASKS, RunConfig
 from atgrpo.learner.backends import make_backend
 from atgrpo.learner.batching import loss_normalizer, make_microbatches
 from atgrpo.learner.hub import Hub, StepData
@@ -261,7 +261,9 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
         build_tiny_model(cfg.policies[p].tiny, tmp)
         model, tok = load_model(tmp), load_tokenizer(tmp)
         ws = cfg.warmstart
-        if ws.steps:
+        if ws.steps and cfg.task.task not in GAME_TASKS:
+            log_fn(f"[{p}] no solver demonstrations for task {cfg.task.task}: warm start skipped")
+        elif ws.steps:
             torch.manual_seed(cfg.run.seed)
             # Demos of this policy's roles only, made by the whole team (so the plan agent's prompts
             # show the tool agent's answer, as in every rollout).

@@ -39,7 +39,7 @@ from atgrpo.config import RunConfig
 from atgrpo.data import CodeProblem, IOCase, load_code_problems
 from atgrpo.sandbox import Program, Sandbox, SandboxIsolationWarning, function_program, stdio_program
 from atgrpo.workflows.prompts import envs_dir
-from atgrpo.workflows.textflow import Outcome, TextTask, clip
+from atgrpo.workflows.textflow import COMPACT_CHARS, FEEDBACK_CHARS, Outcome, TextTask, clip
 
 CODER, TESTER = "coder", "tester"
 MAX_TESTS = 8
@@ -219,11 +219,12 @@ class CodeWorkflow(TextTask[CodeState]):
     # -- prompts ----------------------------------------------------------------------------------
     def prompt_text(self, role: str, problem: CodeProblem, state: CodeState, turn: int) -> str:
         feedback = ""
+        lim = COMPACT_CHARS if self.cfg.task.prompts == "compact" else FEEDBACK_CHARS
         if state.code is not None or state.tests:
             feedback = self.templates["feedback"].format(
-                code=clip(state.code or "(none yet)"),
-                tests=clip(format_tests(problem, state.tests)),
-                mismatches=clip("\n".join(state.mismatches) or ("none" if state.agree else "(not run yet)")),
+                code=clip(state.code or "(none yet)", lim),
+                tests=clip(format_tests(problem, state.tests), lim),
+                mismatches=clip("\n".join(state.mismatches) or ("none" if state.agree else "(not run yet)"), lim),
             )
         entry = problem.entry_point
         if role == CODER:

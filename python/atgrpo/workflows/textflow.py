@@ -35,6 +35,8 @@ from atgrpo.workflows.games import PolicyHandle, UnitResult
 S = TypeVar("S")
 FEEDBACK_CHARS = 1500
 """Anything one agent is shown of another's output is cut to this many characters (bounded prompts)."""
+COMPACT_CHARS = 200
+"""The same limit for the compact templates (the tiny model's character tokenizer, short context)."""
 
 
 def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
