@@ -1,7 +1,8 @@
 """Every exception atgrpo raises on purpose. All derive from `AtgrpoError`.
 
-The classes are defined by the Rust extension (one per error variant, see
-`rust/python/src/errors.rs`) and re-exported here; import them from `atgrpo.errors`.
+Most classes are defined by the Rust extension (one per error variant, see
+`rust/python/src/errors.rs`); the dataset and verifier errors are Python classes. All are
+re-exported here; import them from `atgrpo.errors`.
 """
 
 from atgrpo._core import (
@@ -12,28 +13,43 @@ from atgrpo._core import (
     InternalError,
     InvalidConfigError,
     InvalidEnvIdError,
+    InvalidProgramError,
     KernelArgumentError,
     KernelShapeError,
     LengthMismatchError,
     PoolClosedError,
     SampleTooLongError,
+    SandboxClosedError,
+    SandboxConfigError,
+    SandboxUnavailableError,
     SnapshotError,
     UnknownTaskError,
 )
+from atgrpo.data.errors import DatasetError, DatasetFileError, DatasetRecordError, UnknownFormatError
+from atgrpo.verify.errors import VerifierStartError
 
 __all__ = [
     "AtgrpoError",
+    "DatasetError",
+    "DatasetFileError",
+    "DatasetRecordError",
     "DuplicateEnvIdError",
     "EnvNotReadyError",
     "GenerationError",
     "InternalError",
     "InvalidConfigError",
     "InvalidEnvIdError",
+    "InvalidProgramError",
     "KernelArgumentError",
     "KernelShapeError",
     "LengthMismatchError",
     "PoolClosedError",
     "SampleTooLongError",
+    "SandboxClosedError",
+    "SandboxConfigError",
+    "SandboxUnavailableError",
     "SnapshotError",
+    "UnknownFormatError",
     "UnknownTaskError",
+    "VerifierStartError",
 ]
