@@ -1,0 +1,237 @@
+"""`atgrpo-eval`: run local model folders on a task's evaluation set; report accuracy and pass@k.
+
+    atgrpo-eval --task code --model /models/qwen3-1.7b --prompts paper                 # greedy, shipped set
+    atgrpo-eval --task math --dataset gsm8k/test.jsonl --format gsm8k --limit 200 --model M --roles reasoner
+    atgrpo-eval --task code --model M --role-model tester=/models/tester --samples 8 --k 1,4,8 --out r.json
+    atgrpo-eval envs/sudoku/task.toml --model M --seeds 100                              # games: eval seeds
+
+The workflow is the training one (`make_workflow`), with the roles of the config or `--roles`
+(one role: the single-agent baseline). Greedy decoding (default) rolls out one episode per problem;
+`--samples n` rolls out n independent episodes (parallel sampling) at `--temperature` and reports
+pass@k for each `--k` (unbiased estimator, k <= n). Accuracy is the mean success over all episodes
+(pass@1). Problems: code/math use the eval dataset (`--dataset`, default the task pack's set), games
+use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine.
+Results are printed as a table and, with `--out`, written as JSON. Exit status 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from atgrpo.config import GAME_TASKS, RunConfig, load_config
+
+
+class EvalError(ValueError):
+    """Bad arguments or inputs for an evaluation (reported, exit status 2)."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k)."""
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise EvalError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="atgrpo-eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("config", nargs="?", default=None, help="run or task config TOML (default: built-in defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override; repeatable")
+    p.add_argument("--task", choices=["planpath", "sokoban", "sudoku", "code", "math"])
+    p.add_argument("--roles", help="comma-separated roles in turn order (one role: single-agent baseline)")
+    p.add_argument("--model", help="HF-format folder for every role without --role-model")
+    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role; repeatable")
+    p.add_argument("--dataset", help="code/math problem file (default: the task pack's problems.jsonl)")
+    p.add_argument("--format", default=None, help="dataset format (default: auto)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
+    p.add_argument("--seeds", type=int, default=None, help="games: number of eval seeds (default: run.eval_seeds)")
+    p.add_argument("--samples", type=int, default=1, help="episodes per problem; >1 samples at --temperature")
+    p.add_argument("--k", default=None, help="comma-separated k values for pass@k (default: 1 and n)")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--turns", type=int, default=None)
+    p.add_argument("--prompts", choices=["compact", "paper"], default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--batch", type=int, default=16, help="problems per workflow call")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--out", help="write the results as JSON here")
+    return p
+
+
+def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
+    """The run config to evaluate with, and role -> model folder."""
+    try:
+        base = load_config(args.config, args.overrides)
+    except (ValueError, OSError) as exc:
+        raise EvalError(f"config error: {exc}") from exc
+    data: dict[str, Any] = base.model_dump()
+    task = data["task"]
+    if args.task and args.task != task["task"]:
+        task["task"] = args.task
+        task["roles"] = None  # the new task's default roles
+    if args.roles:
+        task["roles"] = [r.strip() for r in args.roles.split(",") if r.strip()]
+    for key, val in (("dataset", args.dataset), ("eval_dataset", args.dataset), ("dataset_format", args.format),
+                     ("turns", args.turns), ("prompts", args.prompts)):
+        if val is not None:
+            task[key] = val
+    if args.samples < 1:
+        raise EvalError("--samples must be >= 1")
+    ro = data["rollout"]
+    ro.update(k=args.samples, sampling="parallel", grouping="agent_turn", device=args.device, engine="torch")
+    for key, val in (("temperature", args.temperature), ("top_p", args.top_p), ("max_new_tokens", args.max_new_tokens)):
+        if val is not None:
+            ro[key] = val
+    data["train"]["dtype"] = args.dtype
+    try:
+        roles = RunConfig.model_validate({"task": task}).task.roles or []
+    except ValueError as exc:
+        raise EvalError(f"config error: {exc}") from exc
+    folders: dict[str, str] = {}
+    for item in args.role_model:
+        role, sep, path = item.partition("=")
+        if not sep or role not in roles or not path:
+            raise EvalError(f"--role-model {item!r}: expected ROLE=PATH with ROLE one of {roles}")
+        folders[role] = path
+    for role in roles:
+        if role not in folders:
+            default = args.model or base.policies[base.role_policy[role]].path if role in base.role_policy else args.model
+            if not default:
+                raise EvalError(f"no model for role {role!r}: pass --model or --role-model {role}=PATH")
+            folders[role] = default
+    for role, path in folders.items():
+        if not Path(path, "config.json").is_file():
+            raise EvalError(f"model folder for {role!r} not found or not HF format (no config.json): {path}")
+    paths = sorted(set(folders.values()))
+    names = {path: f"m{i}" for i, path in enumerate(paths)}
+    data["policies"] = {names[p]: {"path": p} for p in paths}
+    data["role_policy"] = {r: names[folders[r]] for r in roles}
+    try:
+        return RunConfig.model_validate(data), folders
+    except ValueError as exc:
+        raise EvalError(f"config error: {exc}") from exc
+
+
+def ks_of(spec: str | None, n: int) -> list[int]:
+    if spec is None:
+        return sorted({1, n})
+    try:
+        ks = sorted({int(x) for x in spec.split(",") if x.strip()})
+    except ValueError as exc:
+        raise EvalError(f"--k {spec!r}: expected comma-separated integers") from exc
+    if not ks or ks[0] < 1 or ks[-1] > n:
+        raise EvalError(f"--k {spec!r}: every k must be in 1..{n} (the number of samples)")
+    return ks
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    from atgrpo.engines.base import SamplingParams
+    from atgrpo.engines.torch_engine import TorchEngine
+    from atgrpo.messages import WorkUnit
+    from atgrpo.models.folder import load_model, load_tokenizer
+    from atgrpo.workflows.factory import make_workflow
+    from atgrpo.workflows.games import PolicyHandle
+
+    cfg, folders = eval_config(args)
+    n = args.samples
+    ks = ks_of(args.k, n)
+    greedy = n == 1 and args.temperature is None
+    wf = make_workflow(cfg)
+    try:
+        if cfg.task.task in GAME_TASKS:
+            count = args.seeds if args.seeds is not None else cfg.run.eval_seeds
+            ids = [f"seed-{i}" for i in range(count)]
+        else:
+            probs = wf.problems("eval")  # type: ignore[union-attr]
+            count = len(probs) if args.limit is None else min(args.limit, len(probs))
+            ids = [p.id for p in probs[:count]]
+        if count < 1:
+            raise EvalError("nothing to evaluate (0 problems)")
+        handles = {}
+        for name, pc in cfg.policies.items():
+            tok = load_tokenizer(pc.path)
+            model = load_model(pc.path, dtype=args.dtype, device=args.device)
+            engine = TorchEngine(model, policy=name, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, version=0)
+            handles[name] = PolicyHandle(engine=engine, tokenizer=tok)
+        ro = cfg.rollout
+        sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p, greedy=greedy)
+        correct = [0] * count
+        t0 = time.perf_counter()
+        for lo in range(0, count, max(1, args.batch)):
+            seeds = list(range(lo, min(count, lo + max(1, args.batch))))
+            unit = WorkUnit(0, 0, seeds, lo, "eval", {p: 0 for p in handles}, greedy=greedy)
+            result = wf.run(unit, handles, sampling, run_id="eval", seed=args.seed + lo)
+            for env in result.envs:
+                correct[env.env] += int(env.success)
+        wall = time.perf_counter() - t0
+    finally:
+        close = getattr(wf, "close", None)
+        if close is not None:
+            close()
+    pass_at = {str(k): sum(pass_at_k(n, c, k) for c in correct) / count for k in ks}
+    return {
+        "task": cfg.task.task,
+        "roles": list(cfg.task.roles or []),
+        "models": folders,
+        "dataset": cfg.task.eval_dataset or cfg.task.dataset if cfg.task.task not in GAME_TASKS else None,
+        "problems": count,
+        "samples_per_problem": n,
+        "decoding": "greedy" if greedy else "sampled",
+        "temperature": None if greedy else cfg.rollout.temperature,
+        "accuracy": sum(correct) / (count * n),
+        "pass_at_k": pass_at,
+        "wall_s": wall,
+        "per_problem": [{"id": i, "correct": c, "samples": n} for i, c in zip(ids, correct)],
+    }
+
+
+def format_table(res: dict[str, Any]) -> str:
+    rows = [
+        ("task", res["task"]),
+        ("roles", ", ".join(res["roles"])),
+        ("models", ", ".join(f"{r}={p}" for r, p in res["models"].items())),
+        ("problems", str(res["problems"])),
+        ("decoding", f"{res['decoding']}, {res['samples_per_problem']} per problem"),
+        ("accuracy", f"{100 * res['accuracy']:.1f}%"),
+        *((f"pass@{k}", f"{100 * v:.1f}%") for k, v in res["pass_at_k"].items()),
+        ("time", f"{res['wall_s']:.1f}s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from atgrpo.cli.common import setup_logging
+
+    setup_logging("eval")
+    try:
+        res = evaluate(args)
+    except (EvalError, FileNotFoundError) as exc:
+        print(f"atgrpo-eval: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a dataset or data error (typed errors of atgrpo.data) reported, not a traceback
+        from atgrpo.errors import AtgrpoError
+
+        if isinstance(exc, AtgrpoError):
+            print(f"atgrpo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise
+    print(format_table(res))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
