@@ -16,6 +16,12 @@ real state. Rollout modes (ALGORITHM.md):
 With `grouping = "trajectory"`, every sample of branch k gets the branch's episode return as its
 reward and the key (env, 0, 0); the hub computes one advantage per (env, branch).
 The workflow owns its `EnvPool` for the duration of one `run` call.
+
+Program mode (`task.tool_mode = "program"`, the paper's setting): the tool agent writes a Python program
+(extracted as in the code workflow) that prints a move list; it runs in the sandbox with no input, and
+its stdout is handed to the env's parser as the tool agent's answer (parsed, never evaluated; a
+program that fails to compile or run answers nothing, an invalid action). The plan agent sees the
+program, its output and the simulated outcome. The workflow then holds a sandbox until `close()`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ from atgrpo.workflows.prompts import Templates, load_templates, task_info
 TOOL, PLAN = "tool", "plan"
 TOOL_ANSWER_CHARS = 200
 """The tool answer shown to the plan agent is cut to this many characters (keeps prompts bounded)."""
+PROGRAM_CHARS = 1500
+"""Program mode: the part of the tool agent's program shown to the plan agent."""
+PROGRAM_OUTPUT_CHARS = 4000
+"""Program mode: the end of the program's stdout handed to the env's parser."""
+PROGRAM_INSTRUCTION = "\nWrite a Python program (no input) that prints the answer in that format.\n"
 
 
 @dataclass
@@ -71,6 +82,43 @@ class GameWorkflow:
         self.env_config = {**cfg.task.env, "max_steps": cfg.task.turns}
         self.templates: Templates = load_templates(self.task, cfg.task.prompts)
         self.use_chat_template = cfg.task.prompts == "paper"
+        self.program_mode = cfg.task.tool_mode == "program"
+        self._sandbox = None
+
+    # -- program mode ----------------------------------------------------------------------------
+    def run_tool_programs(self, texts: list[str]) -> tuple[list[str], list[str]]:
+        """Run each tool answer's program; returns (stdout per program, what the plan agent is shown)."""
+        import warnings
+
+        from atgrpo.sandbox import Sandbox, SandboxIsolationWarning, stdio_program
+        from atgrpo.workflows.code import compiles, extract_code
+
+        if self._sandbox is None:
+            t = self.cfg.task.sandbox_timeout_s
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SandboxIsolationWarning)
+                self._sandbox = Sandbox(workers=2, timeout_s=t, program_timeout_s=max(30.0, 4 * t))
+        codes = [extract_code(t) for t in texts]
+        ok = [i for i, c in enumerate(codes) if compiles(c)]
+        results = dict(zip(ok, self._sandbox.run_batch([stdio_program(codes[i], [("", None)]) for i in ok]))) if ok else {}
+        outputs, shown = [], []
+        for i, code in enumerate(codes):
+            r = results.get(i)
+            if r is None:
+                out, note = "", "does not compile"
+            elif r.tests[0].verdict != "passed":
+                out, note = "", f"{r.tests[0].verdict}: {r.tests[0].detail}"[:TOOL_ANSWER_CHARS]
+            else:
+                out = r.tests[0].stdout.decode("utf-8", "replace")[-PROGRAM_OUTPUT_CHARS:]
+                note = out.strip()[-TOOL_ANSWER_CHARS:] or "(no output)"
+            outputs.append(out)
+            shown.append(f"program:\n{code[:PROGRAM_CHARS]}\noutput: {note}")
+        return outputs, shown
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
 
     # -- prompts ---------------------------------------------------------------------------------
     def prompt_text(self, role: str, obs: str, turn: int, tool_view: tuple[str, str] | None) -> str:
@@ -78,9 +126,8 @@ class GameWorkflow:
         if role == PLAN and tool_view is not None:
             section = self.templates.tool_view.format(tool_answer=tool_view[0], tool_result=tool_view[1])
         template = self.templates.tool if role == TOOL else self.templates.plan
-        return template.format(
-            obs=obs, info=task_info(self.task, obs), turn=turn + 1, turns=self.turns, tool_section=section
-        )
+        text = template.format(obs=obs, info=task_info(self.task, obs), turn=turn + 1, turns=self.turns, tool_section=section)
+        return text + PROGRAM_INSTRUCTION if role == TOOL and self.program_mode else text
 
     def encode(self, tokenizer, text: str) -> list[int]:
         if self.use_chat_template and getattr(tokenizer, "chat_template", None):
@@ -149,16 +196,20 @@ class GameWorkflow:
                     texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
                     target = scratch if role == TOOL else slots
                     t0 = time.perf_counter()
+                    shown = [t.strip()[:TOOL_ANSWER_CHARS] for t in texts]
+                    actions = texts
+                    if role == TOOL and self.program_mode:
+                        actions, shown = self.run_tool_programs(texts)
                     if role == TOOL:
                         for e, b in live:
                             pool.fork(int(slots[e, b]), [int(scratch[e, b])])
-                    res = pool.step(np.array([target[e, b] for e, b in live]), texts)
+                    res = pool.step(np.array([target[e, b] for e, b in live]), actions)
                     timings["env_s"] += time.perf_counter() - t0
                     row = {eb: i for i, eb in enumerate(live)}
                     if role == TOOL:
                         for i, (e, b) in enumerate(live):
                             word = outcome_word(bool(res.success[i]), bool(res.valid[i]), float(res.reward_local[i]))
-                            tool_view[(e, b)] = (texts[i].strip()[:TOOL_ANSWER_CHARS], word)
+                            tool_view[(e, b)] = (shown[i], word)
                     else:
                         for i, (e, b) in enumerate(live):
                             returns[e, b] += res.reward[i]
