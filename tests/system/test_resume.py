@@ -67,3 +67,11 @@ def test_stop_and_resume_equals_straight_run(tmp_path: Path, processes: Processe
     for step in got:
         mismatched = {k: (got[step].get(k), want[step].get(k)) for k in SAME if got[step].get(k) != want[step].get(k)}
         assert not mismatched, f"step {step}: {mismatched}"
+
+    # Each checkpoint also holds the policy as an HF folder with exactly the trained weights.
+    from atgrpo.models.folder import load_model
+
+    exported = load_model(out / "checkpoints/step_000004/shared/model").state_dict()
+    assert exported.keys() <= mine["model"].keys()
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, mine["model"][name]), name

@@ -114,9 +114,14 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self) -> Path:
+        """A resumable checkpoint; each policy's weights also as an HF folder (`<policy>/model/`) that
+        `atgrpo-eval`, transformers or vLLM load directly."""
         folder = checkpoints_dir(self.cfg) / f"step_{self.step:06d}"
         for p, be in self.backends.items():
             be.save_checkpoint(folder / p)
+            tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
+            if self.rank == 0:
+                export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
         if self.rank == 0:
             state = {
                 "step": self.step,
@@ -273,3 +278,16 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
             )
         model.save_pretrained(tmp)
         tmp.rename(folder)
+
+
+def export_model_folder(base: Path, tensors: dict[str, torch.Tensor], dest: Path) -> None:
+    """`base`'s architecture and tokenizer with `tensors` as weights, saved as an HF folder at `dest`."""
+    model = load_model(base)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    # Tied output embeddings are exported under one name only; anything else missing is a bug.
+    tied = getattr(model, "_tied_weights_keys", None) or ()
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise RuntimeError(f"exported weights do not fit {base}: missing {missing}, unexpected {unexpected}")
+    model.save_pretrained(dest)
+    load_tokenizer(base).save_pretrained(dest)
