@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Sequence
 
 from atgrpo.config import RunConfig
 from atgrpo.data import CodeProblem, IOCase, load_code_problems
-from atgrpo.sandbox import Program, Sandbox, SandboxIsolationWarning, function_program, stdio_program
-from atgrpo.workflows.prompts import envs_dir
+from atgrpo.sandbox import Program, function_program, stdio_program
+from atgrpo.workflows.prompts import read_templates
 from atgrpo.workflows.textflow import COMPACT_CHARS, FEEDBACK_CHARS, Outcome, TextTask, clip
 
 CODER, TESTER = "coder", "tester"
@@ -149,47 +147,18 @@ class CodeState:
 
 @lru_cache(maxsize=None)
 def load_code_templates(style: str) -> dict[str, str]:
-    folder = envs_dir() / "code" / "prompts" / style
-    out = {}
-    for name in (CODER, TESTER, "feedback"):
-        file = folder / f"{name}.txt"
-        if not file.is_file():
-            raise FileNotFoundError(f"prompt template {file} is missing")
-        out[name] = file.read_text()
-    return out
+    return read_templates("code", style, (CODER, TESTER, "feedback"))
 
 
 class CodeWorkflow(TextTask[CodeState]):
     task = "code"
+    load_problems = staticmethod(load_code_problems)
 
     def __init__(self, cfg: RunConfig, problems: dict[str, Sequence[CodeProblem]] | None = None) -> None:
-        super().__init__(cfg)
+        super().__init__(cfg, problems)
         self.templates = load_code_templates(cfg.task.prompts)
-        self._problems: dict[str, Sequence[CodeProblem]] = dict(problems or {})
-        self._sandbox: Sandbox | None = None
 
-    # -- data and sandbox -------------------------------------------------------------------------
-    def problems(self, split: str) -> Sequence[CodeProblem]:
-        if split not in self._problems:
-            t = self.cfg.task
-            path = (t.eval_dataset if split == "eval" else None) or t.dataset or envs_dir() / "code" / "problems.jsonl"
-            self._problems[split] = load_code_problems(Path(path), t.dataset_format)
-        return self._problems[split]
-
-    @property
-    def sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            t = self.cfg.task.sandbox_timeout_s
-            with warnings.catch_warnings():  # the sandbox logs reduced isolation itself
-                warnings.simplefilter("ignore", SandboxIsolationWarning)
-                self._sandbox = Sandbox(workers=2, timeout_s=t, program_timeout_s=max(30.0, 4 * t))
-        return self._sandbox
-
-    def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
-
+    # -- programs ---------------------------------------------------------------------------------
     def _ground_truth(self, problem: CodeProblem, code: str) -> Program:
         prog = problem.program(code)
         if problem.style == "function":

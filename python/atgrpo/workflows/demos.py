@@ -55,10 +55,10 @@ def make_demos(
         per_answer = 256 if limit is None else int(limit)
         warm = ids[rng.random(n) < 0.5]
         if len(warm) and wf.turns > 1:
-            count = rng.integers(1, 4, size=len(warm))
+            moves_each = rng.integers(1, 4, size=len(warm))  # drawn always: keeps the demo stream fixed
             rounds = 1 if per_answer >= 3 else min(3, wf.turns - 1)
             for r in range(rounds):
-                todo = warm[count > r] if rounds > 1 else warm
+                todo = warm[moves_each > r] if rounds > 1 else warm
                 if len(todo):
                     pool.step(todo, [random_moves(rng, 1, 1 if rounds > 1 else 3) for _ in todo])
                     turns[todo] += 1

@@ -35,8 +35,11 @@ import numpy as np
 from atgrpo.config import RunConfig
 from atgrpo.engines.base import RolloutEngine, SamplingParams
 from atgrpo.envs import EnvPool
-from atgrpo.messages import EnvResult, GroupKey, Sample, WorkUnit
+from atgrpo.messages import EnvResult, Sample, WorkUnit
 from atgrpo.workflows.prompts import Templates, load_templates, task_info
+from atgrpo.workflows.rollout import (
+    LazySandbox, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
+)
 
 TOOL, PLAN = "tool", "plan"
 TOOL_ANSWER_CHARS = 200
@@ -83,24 +86,17 @@ class GameWorkflow:
         self.templates: Templates = load_templates(self.task, cfg.task.prompts)
         self.use_chat_template = cfg.task.prompts == "paper"
         self.program_mode = cfg.task.tool_mode == "program"
-        self._sandbox = None
+        self.sandbox = LazySandbox(cfg)
 
     # -- program mode ----------------------------------------------------------------------------
     def run_tool_programs(self, texts: list[str]) -> tuple[list[str], list[str]]:
         """Run each tool answer's program; returns (stdout per program, what the plan agent is shown)."""
-        import warnings
-
-        from atgrpo.sandbox import Sandbox, SandboxIsolationWarning, stdio_program
+        from atgrpo.sandbox import stdio_program
         from atgrpo.workflows.code import compiles, extract_code
 
-        if self._sandbox is None:
-            t = self.cfg.task.sandbox_timeout_s
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", SandboxIsolationWarning)
-                self._sandbox = Sandbox(workers=2, timeout_s=t, program_timeout_s=max(30.0, 4 * t))
         codes = [extract_code(t) for t in texts]
         ok = [i for i, c in enumerate(codes) if compiles(c)]
-        results = dict(zip(ok, self._sandbox.run_batch([stdio_program(codes[i], [("", None)]) for i in ok]))) if ok else {}
+        results = dict(zip(ok, self.sandbox.get().run_batch([stdio_program(codes[i], [("", None)]) for i in ok]))) if ok else {}
         outputs, shown = [], []
         for i, code in enumerate(codes):
             r = results.get(i)
@@ -116,9 +112,7 @@ class GameWorkflow:
         return outputs, shown
 
     def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
+        self.sandbox.close()
 
     # -- prompts ---------------------------------------------------------------------------------
     def prompt_text(self, role: str, obs: str, turn: int, tool_view: tuple[str, str] | None) -> str:
@@ -130,9 +124,7 @@ class GameWorkflow:
         return text + PROGRAM_INSTRUCTION if role == TOOL and self.program_mode else text
 
     def encode(self, tokenizer, text: str) -> list[int]:
-        if self.use_chat_template and getattr(tokenizer, "chat_template", None):
-            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True))
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return encode_prompt(tokenizer, text, self.use_chat_template)
 
     # -- rollout ---------------------------------------------------------------------------------
     def run(
@@ -150,13 +142,7 @@ class GameWorkflow:
         greedy = unit.greedy
         k = 1 if greedy else ro.k
         tree = ro.sampling == "tree" and not greedy
-        params = SamplingParams(
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            greedy=greedy or sampling.greedy,
-            stop_token_ids=sampling.stop_token_ids,
-        )
+        params = unit_sampling(sampling, greedy)
         n = len(unit.seeds)
         has_tool = TOOL in self.roles
         pool = EnvPool(self.task, n * k * (2 if has_tool else 1), **self.env_config)
@@ -191,7 +177,7 @@ class GameWorkflow:
                     ]
                     t0 = time.perf_counter()
                     call += 1
-                    outs = handle.engine.generate(prompts, params, seed=None if seed is None else (seed * 1000 + call) % (2**63))
+                    outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
                     timings["generate_s"] += time.perf_counter() - t0
                     texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
                     target = scratch if role == TOOL else slots
@@ -221,42 +207,19 @@ class GameWorkflow:
                         self._select(pool, slots, live, row, res.reward, chooser, role, tool_view, done, success, returns, turns_used)
                     if greedy:
                         continue
-                    group = [
-                        Sample(
-                            run_id=run_id,
-                            policy=policy,
-                            version=handle.engine.version,
-                            step=unit.step,
-                            role=role,
-                            key=GroupKey(unit.env_offset + e, agent, turn),
-                            prompt_ids=prompts[i],
-                            response_ids=outs[i].token_ids,
-                            logprobs=outs[i].logprobs,
-                            reward=float(res.reward[i]),
-                            reward_team=float(res.reward_team[i]),
-                            reward_local=float(res.reward_local[i]),
-                            success=bool(res.success[i]),
-                            truncated_response=not outs[i].finished,
-                            branch=b,
-                        )
-                        for i, (e, b) in enumerate(live)
-                    ]
+                    group = make_group(
+                        unit, run_id=run_id, policy=policy, version=handle.engine.version, role=role, agent=agent,
+                        turn=turn, live=live, prompts=prompts, outs=outs, rewards=res.reward, teams=res.reward_team,
+                        locals_=res.reward_local, successes=res.success,
+                    )
                     samples.extend(group)
                     # Trajectory grouping rewrites rewards once the episodes end, so it streams at the end.
                     if on_groups is not None and ro.grouping != "trajectory":
                         on_groups(group)
-            if self.cfg.rollout.grouping == "trajectory" and not greedy:
-                for s in samples:
-                    e = s.key.env - unit.env_offset
-                    s.reward = float(returns[e, s.branch])
-                    s.key = GroupKey(s.key.env, 0, 0)
-                if on_groups is not None and samples:
-                    on_groups(samples)
-            envs = [
-                EnvResult(unit.env_offset + e, bool(success[e, b]), int(turns_used[e, b]), float(returns[e, b]))
-                for e in range(n)
-                for b in (range(1) if tree or greedy else range(k))
-            ]
+            envs = finish_unit(
+                unit, self.cfg, samples, returns=returns, success=success, turns_used=turns_used,
+                one_per_env=tree or greedy, on_groups=on_groups,
+            )
             return UnitResult(samples=samples, envs=envs, timings=timings)
         finally:
             pool.close()
@@ -271,11 +234,7 @@ class GameWorkflow:
         envs = sorted({e for e, _ in live})
         for e in envs:
             cand = [b for b in range(k) if (e, b) in row]
-            r = np.array([rewards[row[(e, b)]] for b in cand])
-            if chooser is not None:
-                best = cand[int(chooser.integers(len(cand)))]
-            else:
-                best = cand[int(np.argmax(r))]  # argmax returns the first maximum: ties go to the lowest index
+            best = choose_branch(cand, [rewards[row[(e, b)]] for b in cand], chooser)
             others = [int(slots[e, b]) for b in range(k) if b != best]
             if role == TOOL:
                 for b in range(k):

@@ -19,18 +19,16 @@ Program output is only ever compared as text, never evaluated.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Sequence
 
 from atgrpo.config import RunConfig
 from atgrpo.data import MathProblem, load_math_problems
-from atgrpo.sandbox import Sandbox, SandboxIsolationWarning, stdio_program
+from atgrpo.sandbox import stdio_program
 from atgrpo.verify import MathVerifier, default_verifier, extract_answer, last_boxed
 from atgrpo.workflows.code import compiles, extract_code
-from atgrpo.workflows.prompts import envs_dir
+from atgrpo.workflows.prompts import read_templates
 from atgrpo.workflows.textflow import Outcome, TextTask, clip
 
 TOOL, REASONER = "tool", "reasoner"
@@ -62,52 +60,23 @@ class MathState:
 
 @lru_cache(maxsize=None)
 def load_math_templates(style: str) -> dict[str, str]:
-    folder = envs_dir() / "math" / "prompts" / style
-    out = {}
-    for name in (TOOL, REASONER, "feedback"):
-        file = folder / f"{name}.txt"
-        if not file.is_file():
-            raise FileNotFoundError(f"prompt template {file} is missing")
-        out[name] = file.read_text()
-    return out
+    return read_templates("math", style, (TOOL, REASONER, "feedback"))
 
 
 class MathWorkflow(TextTask[MathState]):
     task = "math"
+    load_problems = staticmethod(load_math_problems)
 
     def __init__(
         self, cfg: RunConfig, problems: dict[str, Sequence[MathProblem]] | None = None, verifier: MathVerifier | None = None
     ) -> None:
-        super().__init__(cfg)
+        super().__init__(cfg, problems)
         self.templates = load_math_templates(cfg.task.prompts)
-        self._problems: dict[str, Sequence[MathProblem]] = dict(problems or {})
-        self._sandbox: Sandbox | None = None
         self._verifier = verifier
-
-    def problems(self, split: str) -> Sequence[MathProblem]:
-        if split not in self._problems:
-            t = self.cfg.task
-            path = (t.eval_dataset if split == "eval" else None) or t.dataset or envs_dir() / "math" / "problems.jsonl"
-            self._problems[split] = load_math_problems(Path(path), t.dataset_format)
-        return self._problems[split]
 
     @property
     def verifier(self) -> MathVerifier:
         return self._verifier or default_verifier()
-
-    @property
-    def sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            t = self.cfg.task.sandbox_timeout_s
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", SandboxIsolationWarning)
-                self._sandbox = Sandbox(workers=2, timeout_s=t, program_timeout_s=max(30.0, 4 * t))
-        return self._sandbox
-
-    def close(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
 
     def initial_state(self, problem: MathProblem) -> MathState:
         return MathState()

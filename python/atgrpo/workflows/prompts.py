@@ -41,16 +41,21 @@ class Templates:
         return solver_plan
 
 
-@lru_cache(maxsize=None)
-def load_templates(task: str, style: str) -> Templates:
+def read_templates(task: str, style: str, names: tuple[str, ...]) -> dict[str, str]:
+    """`envs/<task>/prompts/<style>/<name>.txt` for each name; a missing file is an error naming it."""
     folder = envs_dir() / task / "prompts" / style
     texts = {}
-    for name in ROLE_FILES:
+    for name in names:
         file = folder / f"{name}.txt"
         if not file.is_file():
             raise FileNotFoundError(f"prompt template {file} is missing")
         texts[name] = file.read_text()
-    return Templates(style=style, **texts)
+    return texts
+
+
+@lru_cache(maxsize=None)
+def load_templates(task: str, style: str) -> Templates:
+    return Templates(style=style, **read_templates(task, style, ROLE_FILES))
 
 
 def planpath_info(obs: str) -> str:

@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 import numpy as np
 
 from atgrpo.config import RunConfig
 from atgrpo.engines.base import SamplingParams
-from atgrpo.messages import EnvResult, GroupKey, Sample, WorkUnit
+from atgrpo.messages import Sample, WorkUnit
 from atgrpo.workflows.games import PolicyHandle, UnitResult
+from atgrpo.workflows.prompts import envs_dir
+from atgrpo.workflows.rollout import (
+    LazySandbox, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
+)
 
 S = TypeVar("S")
 FEEDBACK_CHARS = 1500
@@ -59,16 +64,27 @@ class TextTask(Generic[S]):
 
     task: str = ""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    load_problems: Callable[[Path, str], Sequence[Any]]
+    """Subclasses: the dataset loader, `(path, format) -> problems` (a `staticmethod`)."""
+
+    def __init__(self, cfg: RunConfig, problems: dict[str, Sequence[Any]] | None = None) -> None:
         self.cfg = cfg
         self.roles = list(cfg.task.roles)
         self.turns = cfg.task.turns
         self.alpha = cfg.task.alpha
         self.use_chat_template = cfg.task.prompts == "paper"
+        self._problems: dict[str, Sequence[Any]] = dict(problems or {})
+        self._sandbox = LazySandbox(cfg)
 
     # -- hooks ------------------------------------------------------------------------------------
     def problems(self, split: str) -> Sequence[Any]:
-        raise NotImplementedError
+        """The split's problem set: `task.eval_dataset` for eval, else `task.dataset`, else the task
+        pack's `envs/<task>/problems.jsonl`; loaded once."""
+        if split not in self._problems:
+            t = self.cfg.task
+            path = (t.eval_dataset if split == "eval" else None) or t.dataset or envs_dir() / self.task / "problems.jsonl"
+            self._problems[split] = self.load_problems(Path(path), t.dataset_format)
+        return self._problems[split]
 
     def initial_state(self, problem: Any) -> S:
         raise NotImplementedError
@@ -82,13 +98,16 @@ class TextTask(Generic[S]):
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release sandboxes and the like (idempotent)."""
+        """Release the sandbox, if one was started (idempotent)."""
+        self._sandbox.close()
 
     # -- shared -----------------------------------------------------------------------------------
+    @property
+    def sandbox(self):
+        return self._sandbox.get()
+
     def encode(self, tokenizer, text: str) -> list[int]:
-        if self.use_chat_template and getattr(tokenizer, "chat_template", None):
-            return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True))
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        return encode_prompt(tokenizer, text, self.use_chat_template)
 
     def problem_of(self, seed: int, split: str) -> Any:
         probs = self.problems(split)
@@ -110,13 +129,7 @@ class TextTask(Generic[S]):
         greedy = unit.greedy
         k = 1 if greedy else ro.k
         tree = ro.sampling == "tree" and not greedy
-        params = SamplingParams(
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            greedy=greedy or sampling.greedy,
-            stop_token_ids=sampling.stop_token_ids,
-        )
+        params = unit_sampling(sampling, greedy)
         n = len(unit.seeds)
         problems = [self.problem_of(s, unit.split) for s in unit.seeds]
         states: list[list[S]] = [[self.initial_state(p)] * k for p in problems]
@@ -138,7 +151,7 @@ class TextTask(Generic[S]):
                 prompts = [self.encode(handle.tokenizer, self.prompt_text(role, problems[e], states[e][b], turn)) for e, b in live]
                 t0 = time.perf_counter()
                 call += 1
-                outs = handle.engine.generate(prompts, params, seed=None if seed is None else (seed * 1000 + call) % (2**63))
+                outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
                 timings["generate_s"] += time.perf_counter() - t0
                 texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
                 t0 = time.perf_counter()
@@ -156,55 +169,32 @@ class TextTask(Generic[S]):
                     self._select(live, rewards, states, done, success, returns, turns_used, chooser)
                 if greedy:
                     continue
-                group = [
-                    Sample(
-                        run_id=run_id,
-                        policy=policy,
-                        version=handle.engine.version,
-                        step=unit.step,
-                        role=role,
-                        key=GroupKey(unit.env_offset + e, agent, turn),
-                        prompt_ids=prompts[i],
-                        response_ids=outs[i].token_ids,
-                        logprobs=outs[i].logprobs,
-                        reward=float(rewards[i]),
-                        reward_team=float(results[i].team),
-                        reward_local=float(results[i].local),
-                        success=bool(results[i].success),
-                        truncated_response=not outs[i].finished,
-                        branch=b,
-                    )
-                    for i, (e, b) in enumerate(live)
-                ]
+                group = make_group(
+                    unit, run_id=run_id, policy=policy, version=handle.engine.version, role=role, agent=agent, turn=turn,
+                    live=live, prompts=prompts, outs=outs, rewards=rewards, teams=[r.team for r in results],
+                    locals_=[r.local for r in results], successes=[r.success for r in results],
+                )
                 samples.extend(group)
                 if on_groups is not None and ro.grouping != "trajectory":
                     on_groups(group)
-        if ro.grouping == "trajectory" and not greedy:
-            for s in samples:
-                s.reward = float(returns[s.key.env - unit.env_offset, s.branch])
-                s.key = GroupKey(s.key.env, 0, 0)
-            if on_groups is not None and samples:
-                on_groups(samples)
-        envs = [
-            EnvResult(unit.env_offset + e, bool(success[e, b]), int(turns_used[e, b]), float(returns[e, b]))
-            for e in range(n)
-            for b in (range(1) if tree or greedy else range(k))
-        ]
+        envs = finish_unit(
+            unit, self.cfg, samples, returns=returns, success=success, turns_used=turns_used,
+            one_per_env=tree or greedy, on_groups=on_groups,
+        )
         return UnitResult(samples=samples, envs=envs, timings=timings)
 
     @staticmethod
     def _select(live, rewards, states, done, success, returns, turns_used, chooser=None) -> None:
         """Tree selection: each env's best candidate (ties to the lowest index) fills all K slots;
         `chooser` (a numpy Generator) picks a uniformly random candidate instead (the ablation)."""
-        cands: dict[int, list[tuple[float, int]]] = {}
+        cands: dict[int, tuple[list[int], list[float]]] = {}
         for (e, b), r in zip(live, rewards):
-            cands.setdefault(e, []).append((r, b))
+            branches, rs = cands.setdefault(e, ([], []))
+            branches.append(b)
+            rs.append(r)
         k = done.shape[1]
-        for e, rb in cands.items():
-            if chooser is not None:
-                b = rb[int(chooser.integers(len(rb)))][1]
-            else:
-                b = max(rb, key=lambda x: (x[0], -x[1]))[1]
+        for e, (branches, rs) in cands.items():
+            b = choose_branch(branches, rs, chooser)
             states[e] = [states[e][b]] * k
             done[e, :] = done[e, b]
             success[e, :] = success[e, b]
