@@ -30,3 +30,18 @@ class ScriptedEngine(RolloutEngine):
 
     def load_weights(self, version, tensors):
         self.version = version
+
+
+def run_scripted(wf, answer, seeds, offset: int = 0, greedy: bool = False):
+    """One training (or greedy) unit of `wf` on `seeds` with a `ScriptedEngine(answer)` as the shared
+    policy; closes the workflow. Returns (UnitResult, engine)."""
+    from atgrpo.messages import WorkUnit
+    from atgrpo.workflows.games import PolicyHandle
+
+    eng = ScriptedEngine(answer)
+    unit = WorkUnit(0, 0, list(seeds), offset, "train", {"shared": 0}, greedy=greedy)
+    try:
+        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t")
+    finally:
+        wf.close()
+    return result, eng

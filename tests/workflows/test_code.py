@@ -6,9 +6,7 @@ import pytest
 
 from atgrpo.config import load_config
 from atgrpo.data import load_code_problems
-from atgrpo.engines.base import SamplingParams
 from atgrpo.learner.trainer import compute_advantages
-from atgrpo.messages import WorkUnit
 from atgrpo.workflows.code import (
     CodeWorkflow,
     compiles,
@@ -17,10 +15,9 @@ from atgrpo.workflows.code import (
     parse_io_tests,
     solution_code,
 )
-from atgrpo.workflows.games import PolicyHandle
 from atgrpo.workflows.prompts import envs_dir
 
-from scripted import ScriptedEngine
+from scripted import run_scripted
 
 SUM_EVENS = 0  # fn-sum-evens (function style)
 RANGE = 7  # io-range (stdio)
@@ -43,13 +40,7 @@ def make(*overrides: str) -> CodeWorkflow:
 
 
 def run(wf: CodeWorkflow, answer, seeds=(SUM_EVENS,), offset=0, greedy=False):
-    eng = ScriptedEngine(answer)
-    unit = WorkUnit(0, 0, list(seeds), offset, "train", {"shared": 0}, greedy=greedy)
-    try:
-        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t")
-    finally:
-        wf.close()
-    return result, eng
+    return run_scripted(wf, answer, seeds, offset, greedy)
 
 
 def is_tester(prompt: str) -> bool:

@@ -6,13 +6,10 @@ from __future__ import annotations
 import pytest
 
 from atgrpo.config import load_config
-from atgrpo.engines.base import SamplingParams
 from atgrpo.learner.trainer import compute_advantages
-from atgrpo.messages import WorkUnit
-from atgrpo.workflows.games import PolicyHandle
 from atgrpo.workflows.math import MathWorkflow, program_answer
 
-from scripted import ScriptedEngine
+from scripted import run_scripted
 
 MUFFINS = 0  # m01, answer 6
 TRAIN = 1  # m02, answer 72
@@ -30,13 +27,7 @@ def make(*overrides: str) -> MathWorkflow:
 
 
 def run(wf, answer, seeds=(MUFFINS,), offset=0, greedy=False):
-    eng = ScriptedEngine(answer)
-    unit = WorkUnit(0, 0, list(seeds), offset, "train", {"shared": 0}, greedy=greedy)
-    try:
-        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t")
-    finally:
-        wf.close()
-    return result, eng
+    return run_scripted(wf, answer, seeds, offset, greedy)
 
 
 def is_tool(prompt: str) -> bool:
