@@ -281,13 +281,21 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
 
 
 def export_model_folder(base: Path, tensors: dict[str, torch.Tensor], dest: Path) -> None:
-    """`base`'s architecture and tokenizer with `tensors` as weights, saved as an HF folder at `dest`."""
-    model = load_model(base)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    """`base`'s architecture and tokenizer with `tensors` as weights, saved as an HF folder at `dest`.
+
+    The architecture is built on the meta device from `base`'s config (no weights are read: for a
+    large model, loading it again at every checkpoint would cost more than the checkpoint)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(base, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(tensors, strict=False, assign=True)
     # Tied output embeddings are exported under one name only; anything else missing is a bug.
     tied = getattr(model, "_tied_weights_keys", None) or ()
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
         raise RuntimeError(f"exported weights do not fit {base}: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
     model.save_pretrained(dest)
     load_tokenizer(base).save_pretrained(dest)
