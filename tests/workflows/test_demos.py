@@ -15,6 +15,7 @@ def test_first_moves_keeps_the_solver_format() -> None:
     assert first_moves("#### [L, U, L, U]", 1) == "#### [L]"
     assert first_moves("#### [L, U, L, U]", 3) == "#### [L, U, L]"
     assert first_moves("#### [L, U]", 256) == "#### [L, U]"
+    assert first_moves("####\n1234\n3412", 1) == "####\n1234\n3412"  # a grid, not a move list
 
 
 @pytest.mark.parametrize("max_moves", [1, 2, None])

@@ -25,8 +25,11 @@ def random_moves(rng: np.random.Generator, lo: int, hi: int) -> str:
 
 
 def first_moves(plan: str, limit: int) -> str:
-    """The first `limit` moves of a solver plan `#### [U, R, R]`: what one answer may hold."""
-    head, _, body = plan.partition("[")
+    """The first `limit` moves of a solver plan `#### [U, R, R]`: what one answer may hold. A plan that
+    is not a move list (a Sudoku grid) is returned whole."""
+    head, bracket, body = plan.partition("[")
+    if not bracket:
+        return plan
     moves = [m.strip() for m in body.rstrip("] \n").split(",") if m.strip()]
     return head + "[" + ", ".join(moves[:limit]) + "]"
 
@@ -51,7 +54,7 @@ def make_demos(
         turns = np.zeros(n, dtype=np.int64)
         # Half the demos start mid-episode: one to three random moves first (as one answer, or one
         # answer per move when an answer may hold fewer moves), never using up the turn limit.
-        limit = wf.env_config.get("max_moves")  # move-list tasks only; Sudoku answers are never cut
+        limit = wf.env_config.get("max_moves")  # cuts move lists only (see first_moves)
         per_answer = 256 if limit is None else int(limit)
         warm = ids[rng.random(n) < 0.5]
         if len(warm) and wf.turns > 1:
