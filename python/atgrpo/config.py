@@ -137,6 +137,11 @@ class RolloutSection(_Section):
     model's rewards rose while its held-out greedy success did not."""
     top_p: float = 1.0
     max_new_tokens: int = 32
+    truncated_is_invalid: bool = True
+    """A response cut off at `max_new_tokens` (no end-of-sequence token) is handed to the task as an
+    empty answer, scored as unparseable (the task's parse penalty), as overlong answers are in DAPO.
+    Without it the demo model learned to write move lists until cut off (moves past the goal are
+    free in Plan-Path) and its held-out greedy success fell."""
     sampling: Literal["tree", "parallel"] = "tree"
     """tree: branch K ways at every agent-turn and carry the best on; parallel: K independent episodes."""
     grouping: Literal["agent_turn", "trajectory"] = "agent_turn"
@@ -164,7 +169,12 @@ class TrainSection(_Section):
     minibatches: int = 1
     """Optimizer steps per training step: the step's samples are split into this many mini-batches."""
     micro_batch_tokens: int = 8192
-    """Token budget of one forward/backward (prompt + response tokens, padded)."""
+    """Token budget of one forward/backward: prompt + response tokens before padding (a prompt shared
+    by several samples counts once with `share_prefix`)."""
+    share_prefix: bool = True
+    """Run each distinct prompt of a micro-batch through the model once (the K samples of a tree group
+    share theirs) and only the responses per sample. Same loss and gradient up to float rounding;
+    about twice as fast on the demo. False: every sample is one full sequence."""
     loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     """token_mean: every response token of the step weighs the same (the paper); seq_mean: every sample."""
     entropy_coef: float = 0.0
@@ -199,10 +209,14 @@ class TransportSection(_Section):
 
 
 class LaunchSection(_Section):
-    actors: int = 1
-    """Actor processes `atgrpo-train` starts on this host."""
-    threads_per_process: int = 1
-    """torch intra-op threads per process (the learner and each actor)."""
+    actors: int = Field(default=2, ge=1)
+    """Actor processes `atgrpo-train` starts on this host. A step's units are shared among them."""
+    learner_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads of each learner rank (0: torch's default, one per core). In strict
+    on-policy mode the actors wait while the learner trains, so the learner may use every core."""
+    actor_threads: int = Field(default=1, ge=1)
+    """torch intra-op threads of each actor. Rollouts of one small model gain more from several
+    actors than from threads, and the actors wait while the learner trains."""
 
 
 class MetricsSection(_Section):

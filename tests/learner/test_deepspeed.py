@@ -253,3 +253,24 @@ def test_two_ranks_checkpoint_resume_is_exact(two_ranks, stage):
         res = torch.load(two_ranks / f"stage{stage}_rank{r}.pt", weights_only=True)
         assert res["resumed_metrics"] == res["metrics"][2]
         assert_weights_equal(res["resumed"], res["unstopped"])
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_shared_prefix_batches_under_zero(world_of_one, model_dir, stage):
+    """The shared-prefix layout (two forwards per micro-batch, the second on the first's KV cache)
+    trains under ZeRO, parameters partitioned under stage 3, as TorchBackend does on plain batches."""
+    import numpy as np
+    from test_shared_prefix import make_samples
+
+    from atgrpo.learner.batching import make_microbatches
+    from atgrpo.learner.shared_prefix import make_prefix_microbatches
+
+    samples = make_samples(7)
+    adv = np.random.default_rng(7).normal(size=len(samples))
+    total = sum(len(s.response_ids) for s in samples)
+    ref, ds = torch_backend(model_dir, 1.0), ds_backend(model_dir, stage, 1.0)
+    for _ in range(2):
+        want = ref.train_step(make_microbatches(samples, adv, max_tokens=64, pad_id=0), total)
+        got = ds.train_step(make_prefix_microbatches(samples, adv, max_tokens=64, pad_id=0), total)
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
+        assert_weights_close(ds.export_weights(), snapshot(ref))

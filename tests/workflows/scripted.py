@@ -9,7 +9,11 @@ from atgrpo.models.tokenizer import build_char_tokenizer
 
 
 class ScriptedEngine(RolloutEngine):
-    """`answer(prompt_text, index_within_call)` gives each completion's text; every call is recorded."""
+    """`answer(prompt_text, index_within_call)` gives each completion's text; every call is recorded.
+    An answer ending in `CUT` comes back without it and without a stop token, as one cut off at
+    `max_new_tokens` does."""
+
+    CUT = "<cut>"
 
     def __init__(self, answer: Callable[[str, int], str], policy: str = "shared") -> None:
         self.answer = answer
@@ -24,8 +28,10 @@ class ScriptedEngine(RolloutEngine):
         self.calls.append((texts, answers))
         out = []
         for a in answers:
-            ids = self.tokenizer.encode(a, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-            out.append(Completion(ids, [-0.5] * len(ids), True))
+            cut = a.endswith(self.CUT)
+            ids = self.tokenizer.encode(a.removesuffix(self.CUT), add_special_tokens=False)
+            ids += [] if cut else [self.tokenizer.eos_token_id]
+            out.append(Completion(ids, [-0.5] * len(ids), not cut))
         return out
 
     def load_weights(self, version, tensors):

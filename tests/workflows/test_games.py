@@ -16,6 +16,8 @@ from scripted import ScriptedEngine
 
 ENV = "task.env={width=6,height=6,obstacle_ratio=0.2,min_distance=3}"
 BRANCH_ANSWERS = ["[U]", "[D]", "[L]", "[R]"]
+PARSE_PENALTY = -0.5
+"""The env's default `parse_penalty` (envs/planpath/README.md)."""
 
 
 def workflow(*overrides: str) -> GameWorkflow:
@@ -146,3 +148,19 @@ def test_greedy_evaluation_keeps_no_samples():
 def test_trajectory_grouping_needs_parallel_sampling():
     with pytest.raises(ValueError, match="parallel"):
         load_config(None, ['rollout.grouping="trajectory"'])
+
+
+@pytest.mark.parametrize("invalid", [True, False])
+def test_truncated_answers_are_unparseable_by_default(invalid):
+    """A response cut off at max_new_tokens answers nothing (parse penalty), unless switched off."""
+    wf = workflow('task.roles=["plan"]', f"rollout.truncated_is_invalid={str(invalid).lower()}")
+    replay = EnvPool("planpath", 1, **wf.env_config)
+    replay.reset([0], [3], "train")
+    answer = replay.solve([0]).plans[0]  # the solver's plan solves the level in one answer
+    result, _ = run(wf, lambda text, i: answer + (ScriptedEngine.CUT if i % 2 else ""), seeds=(3,))
+    first = sorted((s for s in result.samples if s.key.turn == 0), key=lambda s: s.branch)
+    assert [s.truncated_response for s in first] == [False, True, False, True]
+    assert first[0].success and first[2].success
+    for s in first[1::2]:
+        assert s.success != invalid
+        assert (s.reward == pytest.approx(PARSE_PENALTY)) == invalid

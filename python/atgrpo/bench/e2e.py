@@ -50,13 +50,15 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
     from atgrpo.learner.backend import TorchBackend
     from atgrpo.learner.batching import loss_normalizer, make_microbatches
     from atgrpo.learner.loss import LossConfig
+    from atgrpo.learner.shared_prefix import make_prefix_microbatches
     from atgrpo.learner.trainer import compute_advantages, step_seeds
     from atgrpo.messages import WorkUnit
     from atgrpo.models.folder import load_model, load_tokenizer
     from atgrpo.workflows.games import GameWorkflow, PolicyHandle
 
     cfg = load_config(None, _overrides(out, steps, quick))
-    torch.set_num_threads(cfg.launch.threads_per_process)
+    if cfg.launch.learner_threads:
+        torch.set_num_threads(cfg.launch.learner_threads)
     folder = out / "models" / "shared"
     tok = load_tokenizer(folder)
     learner_model, actor_model = load_model(folder), load_model(folder)
@@ -74,7 +76,8 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
             unit = WorkUnit(lo, step, seeds[lo : lo + ro.envs_per_unit], lo, "train", {"shared": engine.version})
             samples += wf.run(unit, {"shared": PolicyHandle(engine, tok)}, params, run_id=cfg.run.name, seed=step).samples
         adv, _, _ = compute_advantages(samples, ro.grouping)
-        mbs = make_microbatches(samples, adv, max_tokens=cfg.train.micro_batch_tokens, pad_id=tok.pad_token_id)
+        build = make_prefix_microbatches if cfg.train.share_prefix else make_microbatches
+        mbs = build(samples, adv, max_tokens=cfg.train.micro_batch_tokens, pad_id=tok.pad_token_id)
         backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
         engine.load_weights(step + 1, backend.export_weights())
         times.append(time.perf_counter() - t0)

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     from atgrpo.actor.runner import Actor, ActorError, configure_threads
     from atgrpo.transport.errors import TransportError
 
-    configure_threads(cfg.launch.threads_per_process)
+    configure_threads(cfg.launch.actor_threads)
     try:
         units = Actor(cfg, args.address, args.id).run()
     except (ActorError, TransportError) as exc:

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     log = setup_logging("learner")
-    torch.set_num_threads(cfg.launch.threads_per_process)
+    if cfg.launch.learner_threads:
+        torch.set_num_threads(cfg.launch.learner_threads)
     torch.manual_seed(cfg.run.seed)
 
     from atgrpo.learner import distributed

@@ -34,6 +34,13 @@ class MicroBatch:
     1 / (its sample's response length) for "seq_mean"."""
     sample_index: tuple[int, ...] = ()
     """Which of the step's samples (indices into the list given to `make_microbatches`) the rows are."""
+    prefix_ids: torch.Tensor | None = None
+    """Shared-prefix layout only (`learner.shared_prefix`): [P, Lq] distinct prompts less their last
+    token, left-padded; the rows then hold that last token and the response. None: plain layout."""
+    prefix_mask: torch.Tensor | None = None
+    """[P, Lq] int64, 1 on real prompt tokens (shared-prefix layout)."""
+    row_prefix: torch.Tensor | None = None
+    """[B] int64, the prompt each row continues (shared-prefix layout)."""
 
     @property
     def num_tokens(self) -> int:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from atgrpo.learner.batching import MicroBatch
+from atgrpo.learner.shared_prefix import prefix_logits
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,12 @@ class LossConfig:
 
 
 def token_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, L-1] log-prob of each next token, [B, L-1] logits) for positions 0..L-2."""
-    logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits[:, :-1]
+    """([B, L-1] log-prob of each next token, [B, L-1] logits) for positions 0..L-2 of `input_ids`
+    (either layout: the shared-prefix one runs each distinct prompt once)."""
+    if mb.prefix_ids is None:
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits[:, :-1]
+    else:
+        logits = prefix_logits(model, mb)[:, :-1]
     logits = logits.float() / temperature
     logp = torch.gather(F.log_softmax(logits, dim=-1), -1, mb.input_ids[:, 1:, None]).squeeze(-1)
     return logp, logits

@@ -33,6 +33,7 @@ from atgrpo.learner.batching import loss_normalizer, make_microbatches
 from atgrpo.learner.hub import Hub, StepData
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.loss import LossConfig
+from atgrpo.learner.shared_prefix import make_prefix_microbatches
 from atgrpo.messages import Sample
 from atgrpo.metrics import MetricsWriter, step_metrics
 from atgrpo.models.folder import load_model, load_tokenizer
@@ -184,9 +185,8 @@ class Trainer:
             idx = [i for i, s in enumerate(samples) if s.policy == p]
             chosen = [samples[i] for i in idx]
             agg = self.cfg.train.loss_aggregation
-            mbs = make_microbatches(
-                chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p], aggregation=agg
-            )
+            build = make_prefix_microbatches if self.cfg.train.share_prefix else make_microbatches
+            mbs = build(chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p], aggregation=agg)
             parts = np.array_split(np.arange(len(mbs)), self.cfg.train.minibatches) if mbs else [np.arange(0)]
             metrics: dict[str, float] = {}
             for part in parts:

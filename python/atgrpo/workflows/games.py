@@ -38,7 +38,7 @@ from atgrpo.envs import EnvPool
 from atgrpo.messages import EnvResult, Sample, WorkUnit
 from atgrpo.workflows.prompts import Templates, load_templates, task_info
 from atgrpo.workflows.rollout import (
-    LazySandbox, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
+    LazySandbox, answer_texts, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
 )
 
 TOOL, PLAN = "tool", "plan"
@@ -179,7 +179,7 @@ class GameWorkflow:
                     call += 1
                     outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
                     timings["generate_s"] += time.perf_counter() - t0
-                    texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
+                    texts = answer_texts(handle.tokenizer, outs, self.cfg.rollout.truncated_is_invalid)
                     target = scratch if role == TOOL else slots
                     t0 = time.perf_counter()
                     shown = [t.strip()[:TOOL_ANSWER_CHARS] for t in texts]

@@ -45,6 +45,15 @@ def engine_seed(seed: int | None, call: int) -> int | None:
     return None if seed is None else (seed * 1000 + call) % (2**63)
 
 
+def answer_texts(tokenizer, outs: Sequence[Completion], truncated_is_invalid: bool) -> list[str]:
+    """The text each completion answers. With `truncated_is_invalid`, a completion cut off at
+    `max_new_tokens` (no stop token) answers nothing, "", which every task scores as unparseable."""
+    return [
+        "" if truncated_is_invalid and not c.finished else tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        for c in outs
+    ]
+
+
 def choose_branch(branches: Sequence[int], rewards: Sequence[float], chooser: np.random.Generator | None) -> int:
     """Tree selection among one env's candidates (`branches` ascending, `rewards` in the same order):
     the highest reward, ties to the lowest branch; `chooser` picks uniformly instead (the ablation)."""
@@ -127,5 +136,5 @@ class LazySandbox:
 
 
 __all__ = [
-    "LazySandbox", "choose_branch", "encode_prompt", "engine_seed", "finish_unit", "make_group", "unit_sampling",
+    "LazySandbox", "answer_texts", "choose_branch", "encode_prompt", "engine_seed", "finish_unit", "make_group", "unit_sampling",
 ]

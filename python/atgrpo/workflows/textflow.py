@@ -34,7 +34,7 @@ from atgrpo.messages import Sample, WorkUnit
 from atgrpo.workflows.games import PolicyHandle, UnitResult
 from atgrpo.workflows.prompts import envs_dir
 from atgrpo.workflows.rollout import (
-    LazySandbox, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
+    LazySandbox, answer_texts, choose_branch, encode_prompt, engine_seed, finish_unit, make_group, unit_sampling,
 )
 
 S = TypeVar("S")
@@ -153,7 +153,7 @@ class TextTask(Generic[S]):
                 call += 1
                 outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
                 timings["generate_s"] += time.perf_counter() - t0
-                texts = [handle.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in outs]
+                texts = answer_texts(handle.tokenizer, outs, self.cfg.rollout.truncated_is_invalid)
                 t0 = time.perf_counter()
                 results = self.apply(role, [(problems[e], states[e][b], t) for (e, b), t in zip(live, texts)])
                 timings["env_s"] += time.perf_counter() - t0

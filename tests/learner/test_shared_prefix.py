@@ -1,0 +1,141 @@
+"""Shared-prefix micro-batches against the plain layout: same log-probs, loss, gradient and update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from atgrpo.errors import SampleTooLongError
+from atgrpo.learner.backend import TorchBackend
+from atgrpo.learner.batching import MicroBatch, make_microbatches
+from atgrpo.learner.loss import LossConfig, policy_loss, token_logprobs
+from atgrpo.learner.shared_prefix import make_prefix_microbatches
+from atgrpo.messages import GroupKey, Sample
+from atgrpo.models.folder import load_model
+from atgrpo.models.tiny import TinyModelSpec, build_tiny_model
+
+SPEC = TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2, num_kv_heads=1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(SPEC, tmp_path_factory.mktemp("tiny"))
+
+
+def make_samples(seed: int, groups: int = 6, k: int = 4, prompt_len=(1, 20), response_len=(1, 9)) -> list[Sample]:
+    """`groups` prompts of random lengths (length 1 included), `k` responses each, plus two loners."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for g in range(groups + 2):
+        prompt = rng.integers(3, 40, size=int(rng.integers(*prompt_len))).tolist()
+        for _ in range(k if g < groups else 1):
+            response = rng.integers(3, 40, size=int(rng.integers(*response_len))).tolist()
+            behaviour = (rng.normal(size=len(response)) * 0.1 - 3.0).tolist()
+            samples.append(Sample("r", "shared", 0, 0, "plan", GroupKey(g, 0, 0), prompt, response, behaviour, 0.0, 0.0, 0.0))
+    order = rng.permutation(len(samples))  # a group's samples need not be next to each other
+    return [samples[i] for i in order]
+
+
+def per_sample_logprobs(model, mbs: list[MicroBatch], samples: list[Sample]) -> dict[int, torch.Tensor]:
+    out = {}
+    for mb in mbs:
+        logp, _ = token_logprobs(model, mb, 1.0)
+        mask = mb.loss_mask[:, 1:]
+        for row, i in enumerate(mb.sample_index):
+            out[i] = logp[row][mask[row]]
+            assert len(out[i]) == len(samples[i].response_ids)
+    return out
+
+
+def loss_and_grad(model, mbs, total, cfg=LossConfig()) -> tuple[float, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    value = 0.0
+    for mb in mbs:
+        loss, _ = policy_loss(model, mb, cfg, total)
+        loss.backward()
+        value += loss.item()
+    return value, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_logprobs_match_plain_layout(model_dir, seed):
+    model = load_model(model_dir).eval()
+    samples = make_samples(seed)
+    adv = np.zeros(len(samples))
+    with torch.no_grad():
+        plain = per_sample_logprobs(model, make_microbatches(samples, adv, max_tokens=10**6, pad_id=0), samples)
+        shared = per_sample_logprobs(model, make_prefix_microbatches(samples, adv, max_tokens=10**6, pad_id=0), samples)
+    assert plain.keys() == shared.keys() == set(range(len(samples)))
+    for i in plain:
+        torch.testing.assert_close(shared[i], plain[i], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean"])
+@pytest.mark.parametrize("max_tokens", [10**6, 40])
+def test_loss_and_gradient_match_plain_layout(model_dir, aggregation, max_tokens):
+    model = load_model(model_dir)
+    samples = make_samples(3)
+    adv = np.random.default_rng(3).normal(size=len(samples))
+    total = len(samples) if aggregation == "seq_mean" else sum(len(s.response_ids) for s in samples)
+    cfg = LossConfig(entropy_coef=0.01)
+    plain = make_microbatches(samples, adv, max_tokens=max_tokens, pad_id=0, aggregation=aggregation)
+    shared = make_prefix_microbatches(samples, adv, max_tokens=max_tokens, pad_id=0, aggregation=aggregation)
+    want_loss, want_grad = loss_and_grad(model, plain, total, cfg)
+    got_loss, got_grad = loss_and_grad(model, shared, total, cfg)
+    assert got_loss == pytest.approx(want_loss, rel=1e-5, abs=1e-7)
+    assert want_grad.abs().max() > 0
+    torch.testing.assert_close(got_grad, want_grad, atol=1e-6, rtol=1e-4)
+
+
+def test_torch_backend_update_matches_plain_layout(model_dir):
+    samples = make_samples(4)
+    adv = np.random.default_rng(4).normal(size=len(samples))
+    total = sum(len(s.response_ids) for s in samples)
+    weights = []
+    for build in (make_microbatches, make_prefix_microbatches):
+        backend = TorchBackend(load_model(model_dir), lr=1e-3, weight_decay=0.01, grad_clip=1.0, loss_cfg=LossConfig())
+        for _ in range(2):
+            metrics = backend.train_step(build(samples, adv, max_tokens=64, pad_id=0), total)
+        assert metrics["tokens"] == total
+        weights.append(backend.export_weights())
+    for name in weights[0]:
+        torch.testing.assert_close(weights[1][name], weights[0][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_each_prompt_runs_once_and_the_budget_holds():
+    samples = make_samples(5, groups=5, k=4, prompt_len=(10, 20))
+    adv = np.zeros(len(samples))
+    (mb,) = make_prefix_microbatches(samples, adv, max_tokens=10**6, pad_id=0)
+    distinct = {tuple(s.prompt_ids) for s in samples}
+    assert mb.prefix_ids.shape[0] == len(distinct) == 7
+    assert sorted(mb.sample_index) == list(range(len(samples)))
+    for row, i in enumerate(mb.sample_index):  # each row continues its own prompt
+        prompt = samples[i].prompt_ids
+        n = len(prompt) - 1
+        p = int(mb.row_prefix[row])
+        assert mb.prefix_ids[p, mb.prefix_ids.shape[1] - n :].tolist() == prompt[:-1]
+        assert int(mb.prefix_mask[p].sum()) == n
+        assert mb.input_ids[row, 0] == prompt[-1]
+        assert mb.input_ids[row, 1 : 1 + len(samples[i].response_ids)].tolist() == samples[i].response_ids
+
+    budget = 45  # smaller than some groups: a group is cut, its prompt counted in every piece
+    mbs = make_prefix_microbatches(samples, adv, max_tokens=budget, pad_id=0)
+    assert sorted(i for mb in mbs for i in mb.sample_index) == list(range(len(samples)))
+    for mb in mbs:
+        prompts = {tuple(samples[i].prompt_ids) for i in mb.sample_index}
+        cost = sum(len(p) for p in prompts) + sum(len(samples[i].response_ids) for i in mb.sample_index)
+        assert cost <= budget
+
+
+def test_bad_samples_are_errors():
+    samples = make_samples(6)
+    adv = np.zeros(len(samples))
+    with pytest.raises(SampleTooLongError):
+        make_prefix_microbatches(samples, adv, max_tokens=5, pad_id=0)
+    empty = Sample("r", "shared", 0, 0, "plan", GroupKey(0, 0, 0), [5, 6], [], [], 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        make_prefix_microbatches([empty], np.zeros(1), max_tokens=100, pad_id=0)
+    with pytest.raises(ValueError, match="aggregation"):
+        make_prefix_microbatches(samples, adv, max_tokens=100, pad_id=0, aggregation="sum")
+    assert make_prefix_microbatches([], np.zeros(0), max_tokens=100, pad_id=0) == []
