@@ -43,10 +43,12 @@ class RunSection(_Section):
     """Checkpoints, metrics.jsonl, TensorBoard events and the learning curve go here."""
     seed: int = 0
     """Seeds torch, the data cursor and sampling."""
-    steps: int = 100
-    """Training steps (one optimizer update per policy per step, times `train.minibatches`)."""
-    eval_every: int = 0
-    """Evaluate on held-out seeds every this many steps (0: only before and after training)."""
+    steps: int = 300
+    """Training steps (one optimizer update per policy per step, times `train.minibatches`); the demo
+    is stopped by `time_limit_s` first (about 180 steps in 10 minutes on 2 cores)."""
+    eval_every: int = 20
+    """Evaluate on held-out seeds every this many steps (0: only before and after training); the
+    points go to metrics.jsonl and the learning curve."""
     eval_seeds: int = 200
     """Number of held-out evaluation levels (split "eval", disjoint from training levels)."""
     checkpoint_every: int = 20
@@ -73,11 +75,15 @@ class TaskSection(_Section):
     env: dict[str, Any] = Field(
         default_factory=lambda: {
             "width": 6, "height": 6, "obstacle_ratio": 0.25, "min_distance": 3, "invalid_move_penalty": 0.0,
+            "stop_at_goal": False,
         }
     )
     """Env keys passed to `EnvPool` (see envs/<task>/README.md). `max_steps` is set to `turns`.
-    The default is the CPU demo: 6x6 Plan-Path. No per-move penalty: with it, the tiny model learned to
-    answer short (fewer moves, fewer penalties) and reached the goal less often. Unused by code and math."""
+    The default is the CPU demo: 6x6 Plan-Path where a move list must end on the goal
+    (`stop_at_goal = false`): when passing over it counted, the tiny model learned fixed zig-zag move
+    lists that hit the goal by chance when sampled and rarely when decoded greedily. No per-move
+    penalty: with it, the model learned to answer short and reached the goal less often. Unused by
+    code and math."""
     roles: list[str] | None = None
     """Agents in turn order. Default per task: games ["tool", "plan"] (`["plan"]` is the single-agent
     baseline), code ["coder", "tester"] (`["coder"]`), math ["tool", "reasoner"] (`["reasoner"]`)."""
