@@ -108,6 +108,10 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     cmdlines = [" ".join(p.cmdline()) for p in children]
     assert sum("atgrpo.cli.learner" in c for c in cmdlines) == 1, cmdlines
     assert sum("atgrpo.cli.actor" in c for c in cmdlines) == 2, cmdlines
+    # Both actors in the run before the signal (one may still be importing torch at the first step);
+    # each must then be told to shut down rather than be killed.
+    logs = [out / f"logs/actor{i}.log" for i in range(2)]
+    wait_for(lambda: all(f.is_file() and "joined run" in f.read_text() for f in logs), 150, "both actors to join", launcher)
 
     launcher.send_signal(sig)
     try:

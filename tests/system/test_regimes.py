@@ -71,13 +71,19 @@ def two_policy_config(out: Path, *extra: str):
     return load_config(None, [*tiny_sets(out, policies=ROLES), *TWO_POLICIES, *extra])
 
 
-def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path) -> None:
+def first_prompt_tokens(mb) -> list[int]:
+    """Each row's first prompt token, in either micro-batch layout (prompts here have no padding)."""
+    return (mb.input_ids[:, 0] if mb.prefix_ids is None else mb.prefix_ids[mb.row_prefix, 0]).tolist()
+
+
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_prefix: bool) -> None:
     from atgrpo.learner.hub import StepData
     from atgrpo.learner.trainer import Trainer
     from atgrpo.models.tiny import build_tiny_model
     from atgrpo.paths import policy_dir
 
-    cfg = two_policy_config(tmp_path)
+    cfg = two_policy_config(tmp_path, f"train.share_prefix={str(share_prefix).lower()}")
     for p in ROLES:
         build_tiny_model(cfg.policies[p].tiny, policy_dir(cfg, p))
     trainer = Trainer(cfg, hub=None)
@@ -86,7 +92,7 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path) -> None:
         real = backend.train_step
 
         def record(mbs, total_tokens, p=p, real=real):
-            seen[p].append(([mb.input_ids[:, 0].tolist() for mb in mbs], total_tokens))
+            seen[p].append(([first_prompt_tokens(mb) for mb in mbs], total_tokens))
             return real(mbs, total_tokens)
 
         backend.train_step = record
