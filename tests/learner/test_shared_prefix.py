@@ -139,3 +139,18 @@ def test_bad_samples_are_errors():
     with pytest.raises(ValueError, match="aggregation"):
         make_prefix_microbatches(samples, adv, max_tokens=100, pad_id=0, aggregation="sum")
     assert make_prefix_microbatches([], np.zeros(0), max_tokens=100, pad_id=0) == []
+
+
+def test_one_token_prompts_still_run_a_prompt_pass(model_dir):
+    """Every prompt a single token: the prompt pass runs on fully masked rows (ZeRO-3 needs the same
+    number of forward calls on every rank) and changes nothing."""
+    model = load_model(model_dir).eval()
+    samples = make_samples(8, prompt_len=(1, 2))
+    adv = np.zeros(len(samples))
+    (mb,) = make_prefix_microbatches(samples, adv, max_tokens=10**6, pad_id=0)
+    assert mb.prefix_ids.shape[1] == 1 and int(mb.prefix_mask.sum()) == 0
+    with torch.no_grad():
+        plain = per_sample_logprobs(model, make_microbatches(samples, adv, max_tokens=10**6, pad_id=0), samples)
+        shared = per_sample_logprobs(model, [mb], samples)
+    for i in plain:
+        torch.testing.assert_close(shared[i], plain[i], atol=1e-5, rtol=1e-5)

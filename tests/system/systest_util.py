@@ -182,17 +182,19 @@ def hub_address(out_dir: Path) -> str:
     return private_ipc_address(out_dir / "ipc")
 
 
-def run_direct(out_dir: Path, sets: list[str], processes: Processes, *, actors: int = 1,
+def run_direct(out_dir: Path, sets: list[str], processes: Processes, *, actors: int = 1, ranks: int = 1,
                timeout_s: float = RUN_TIMEOUT_S) -> str:
-    """Start `atgrpo.cli.learner` and `actors` plain `atgrpo.cli.actor`s at once (the actors connect
-    to the hub's ipc address before the learner binds it, which saves one process start-up on the
-    critical path compared with atgrpo-train); wait for all to exit 0. Returns the learner's log."""
+    """Start `atgrpo.cli.learner` (under torchrun when `ranks` > 1) and `actors` plain
+    `atgrpo.cli.actor`s at once (the actors connect to the hub's ipc address before the learner binds
+    it, which saves one process start-up on the critical path compared with atgrpo-train); wait for
+    all to exit 0. Returns the learner's log."""
     out_dir.mkdir(parents=True, exist_ok=True)
     args = set_args(sets)
     address = hub_address(out_dir)
     tag = f"{len(processes.started)}"
     learner_log = out_dir / f"learner-{tag}.log"
-    learner = processes.start(module_cmd("atgrpo.cli.learner", *args, "--address", address), learner_log)
+    launcher = ["torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), "-m"] if ranks > 1 else []
+    learner = processes.start(module_cmd(*launcher, "atgrpo.cli.learner", *args, "--address", address), learner_log)
     started = [
         (processes.start(module_cmd("atgrpo.cli.actor", *args, "--address", address, "--id", f"actor{i}"),
                          out_dir / f"actor{i}-{tag}.log"), out_dir / f"actor{i}-{tag}.log")

@@ -31,5 +31,6 @@ def make_backend(
             grad_clip=cfg.grad_clip,
             loss_cfg=loss_cfg,
             zero_stage=cfg.zero_stage,
+            shared_prefix=cfg.share_prefix,
         )
     raise ValueError(f"unknown learner backend {cfg.backend!r}")

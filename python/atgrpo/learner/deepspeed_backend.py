@@ -82,10 +82,15 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _dummy_microbatch(device: torch.device) -> MicroBatch:
-    """Two tokens, nothing to predict: a forward/backward that contributes exactly zero."""
+def _dummy_microbatch(device: torch.device, shared_prefix: bool) -> MicroBatch:
+    """Two tokens, nothing to predict: a forward/backward that contributes exactly zero. In the
+    layout the run uses, so that it makes as many forward calls as a real micro-batch (ZeRO-3)."""
     ids = torch.zeros((1, 2), dtype=torch.int64, device=device)
     zeros = torch.zeros((1, 2), dtype=torch.float32, device=device)
+    prefix = {}
+    if shared_prefix:
+        one = torch.ones((1, 1), dtype=torch.int64, device=device)
+        prefix = {"prefix_ids": one, "prefix_mask": one, "row_prefix": torch.zeros(1, dtype=torch.int64, device=device)}
     return MicroBatch(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
@@ -94,6 +99,7 @@ def _dummy_microbatch(device: torch.device) -> MicroBatch:
         behaviour_logprobs=zeros,
         token_weights=zeros,
         sample_index=(),
+        **prefix,
     )
 
 
@@ -124,8 +130,11 @@ class DeepSpeedBackend(LearnerBackend):
         dist_backend: str | None = None,
         timeout_s: float = 1800.0,
         extra_config: dict[str, Any] | None = None,
+        shared_prefix: bool = False,
     ):
-        """`extra_config` is deep-merged into the DeepSpeed config last (e.g. ZeRO-3 bucket sizes)."""
+        """`extra_config` is deep-merged into the DeepSpeed config last (e.g. ZeRO-3 bucket sizes).
+        `shared_prefix`: the run's micro-batches use the shared-prefix layout (`train.share_prefix`);
+        the passes that keep ranks in step use it too."""
         if zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
         dtypes = {p.dtype for p in model.parameters()}
@@ -186,7 +195,7 @@ class DeepSpeedBackend(LearnerBackend):
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.model = self.engine.module
         self.device = self.engine.device
-        self._dummy = _dummy_microbatch(self.device)
+        self._dummy = _dummy_microbatch(self.device, shared_prefix)
 
     def _clip_before_update(self, optimizer, args, kwargs) -> None:
         self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))

@@ -8,7 +8,7 @@ runs only the responses. The log-probabilities are the same as the plain layout'
 rounding (tested), so the loss and its gradient are too.
 
 Layout of a shared-prefix `MicroBatch` (B sample rows, P distinct prompts):
-- `prefix_ids`, `prefix_mask` [P, Lq]: each prompt without its last token, left-padded (Lq may be 0).
+- `prefix_ids`, `prefix_mask` [P, Lq]: each prompt without its last token, left-padded (Lq >= 1).
 - `row_prefix` [B]: which prompt row b continues.
 - `input_ids`, `attention_mask` [B, 1 + Lr]: the prompt's last token, then the response, right-padded.
 - `loss_mask`, `advantages`, `behaviour_logprobs`, `token_weights` [B, 1 + Lr], response positions
@@ -73,7 +73,9 @@ def make_prefix_microbatches(
 def _build(samples: Sequence[Sample], advantages: np.ndarray, rows: list[int], pad_id: int, aggregation: str) -> MicroBatch:
     prompts: dict[tuple[int, ...], int] = {}
     row_prefix = np.array([prompts.setdefault(tuple(samples[i].prompt_ids), len(prompts)) for i in rows], dtype=np.int64)
-    lq = max(len(p) for p in prompts) - 1
+    # At least one column, so the prompt pass always runs: under ZeRO-3 every rank must make the same
+    # number of forward calls (a prompt of one token leaves a fully masked row, which is harmless).
+    lq = max(max(len(p) for p in prompts) - 1, 1)
     prefix_ids = np.full((len(prompts), lq), pad_id, dtype=np.int64)
     prefix_mask = np.zeros((len(prompts), lq), dtype=np.int64)
     for p, j in prompts.items():
@@ -125,13 +127,12 @@ def prefix_logits(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
     assert mb.prefix_ids is not None and mb.prefix_mask is not None and mb.row_prefix is not None
     cache = DynamicCache()
     prompt_len = mb.prefix_mask.sum(-1)  # without the last token
-    if mb.prefix_ids.shape[1]:
-        positions = (mb.prefix_mask.cumsum(-1) - 1).clamp(min=0)
-        model(
-            input_ids=mb.prefix_ids, attention_mask=mb.prefix_mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        cache.batch_select_indices(mb.row_prefix)
+    positions = (mb.prefix_mask.cumsum(-1) - 1).clamp(min=0)
+    model(
+        input_ids=mb.prefix_ids, attention_mask=mb.prefix_mask, position_ids=positions,
+        past_key_values=cache, use_cache=True, logits_to_keep=1,
+    )
+    cache.batch_select_indices(mb.row_prefix)
     mask = torch.cat([mb.prefix_mask[mb.row_prefix], mb.attention_mask], dim=1)
     steps = torch.arange(mb.input_ids.shape[1], device=mb.input_ids.device)
     positions = prompt_len[mb.row_prefix][:, None] + steps[None, :]

@@ -19,6 +19,7 @@ import logging
 import random
 import shutil
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +158,23 @@ class Trainer:
         return True
 
     # -- one step ----------------------------------------------------------------------------------
-    def publish(self) -> None:
+    def publish(self) -> dict[str, float]:
+        """Publish every policy's current weights (rank 0). With several ranks, first check that every
+        rank holds the same weights: a replica that diverged is logged and counted in
+        `learner/<policy>/replica_mismatch` (what the actors get is rank 0's)."""
+        out: dict[str, float] = {}
         for p, be in self.backends.items():
             tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
+            if self.world > 1:
+                prints: list[int | None] = [None] * self.world
+                dist.all_gather_object(prints, weights_fingerprint(tensors))
+                out[f"learner/{p}/replica_mismatch"] = float(len(set(prints)) > 1)
+                if len(set(prints)) > 1:
+                    log.error("policy %s v%d: ranks hold different weights (crc32 per rank %s)", p, self.versions[p], prints)
             if self.hub is not None:
                 self.hub.ledger.versions[p] = self.versions[p]
                 self.hub.publish(p, self.versions[p], tensors)
+        return out
 
     def collect(self, step: int) -> StepData | None:
         if self.hub is None:
@@ -233,7 +245,7 @@ class Trainer:
             data = self.collect(self.step)
             metrics = self.train_on(data)
             self.step += 1
-            self.publish()
+            metrics.update(self.publish())
             if self.rank == 0:
                 metrics.update(step_metrics(data))
                 metrics.update(self.hub.metrics())
@@ -250,6 +262,15 @@ class Trainer:
             summary["steps"] = self.step
             self.metrics.close()
         return summary
+
+
+def weights_fingerprint(tensors: dict[str, torch.Tensor]) -> int:
+    """crc32 over every tensor's bytes in name order: equal on two ranks iff their weights are."""
+    crc = 0
+    for name in sorted(tensors):
+        crc = zlib.crc32(name.encode(), crc)
+        crc = zlib.crc32(tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy(), crc)
+    return crc
 
 
 def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
