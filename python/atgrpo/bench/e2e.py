@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow
+from atgrpo.config import load_config
 
 SPLIT = ("time/actor_generate_s", "time/actor_env_s", "time/actor_sync_s", "time/actor_idle_s", "time/learner_s")
 
@@ -47,7 +48,6 @@ def _system_run(out: Path, steps: int, quick: bool) -> list[dict]:
 def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
     import torch
 
-    from atgrpo.config import load_config
     from atgrpo.engines.base import SamplingParams
     from atgrpo.engines.torch_engine import TorchEngine
     from atgrpo.learner.backend import TorchBackend
@@ -94,12 +94,14 @@ def run(quick: bool) -> list[BenchRow]:
         # The first step includes engine start-up on the actor: leave it out of both medians.
         per_step = [r["time/step_collect_s"] + r["time/learner_s"] for r in rows][1:] or [float("nan")]
         ref = _in_process(out, steps, quick)[1:] or [float("nan")]
+    # Actor timings are summed over the step's units, so over all actors: per actor, divide by their number.
+    actors = load_config(None, _overrides(out, steps, quick)).launch.actors
     split = {k.removeprefix("time/"): statistics.median(r.get(k, 0.0) for r in rows[1:] or rows) for k in SPLIT}
-    busy = split["actor_generate_s"] + split["actor_env_s"] + split["actor_sync_s"]
+    busy = (split["actor_generate_s"] + split["actor_env_s"] + split["actor_sync_s"]) / actors
     wall = statistics.median(per_step)
     idle_frac = max(0.0, 1.0 - busy / wall) if wall > 0 else float("nan")
-    extra = {**split, "actor_idle_fraction": idle_frac, "steps": float(len(per_step))}
+    extra = {**split, "actors": float(actors), "actor_idle_fraction": idle_frac, "steps": float(len(per_step))}
     return [
-        BenchRow("e2e", "default config, step time (1 learner + 1 actor)", wall, "s", "same steps in one process", statistics.median(ref), higher_is_better=False, extra=extra),
-        BenchRow("e2e", "actor busy fraction of the step", 1.0 - idle_frac, "frac", "fully busy actor", 1.0, extra={}),
+        BenchRow("e2e", f"default config, step time (1 learner + {actors} actors)", wall, "s", "same steps in one process", statistics.median(ref), higher_is_better=False, extra=extra),
+        BenchRow("e2e", "busy fraction of the step, per actor", 1.0 - idle_frac, "frac", "fully busy actor", 1.0, extra={}),
     ]
