@@ -136,6 +136,10 @@ def test_bad_samples_are_errors():
     empty = Sample("r", "shared", 0, 0, "plan", GroupKey(0, 0, 0), [5, 6], [], [], 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="non-empty"):
         make_prefix_microbatches([empty], np.zeros(1), max_tokens=100, pad_id=0)
+    with pytest.raises(ValueError, match="finite advantage"):
+        make_prefix_microbatches(samples, np.full(len(samples), np.nan), max_tokens=100, pad_id=0)
+    with pytest.raises(ValueError, match="finite advantage"):
+        make_prefix_microbatches(samples, adv[:-1], max_tokens=100, pad_id=0)
     with pytest.raises(ValueError, match="aggregation"):
         make_prefix_microbatches(samples, adv, max_tokens=100, pad_id=0, aggregation="sum")
     assert make_prefix_microbatches([], np.zeros(0), max_tokens=100, pad_id=0) == []

@@ -60,6 +60,9 @@ def make_prefix_microbatches(
         raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', got {aggregation!r}")
     if any(len(s.prompt_ids) == 0 or len(s.response_ids) == 0 for s in samples):
         raise ValueError("shared-prefix micro-batches need a non-empty prompt and response in every sample")
+    advantages = np.asarray(advantages, dtype=np.float64)
+    if advantages.shape != (len(samples),) or not np.isfinite(advantages).all():
+        raise ValueError(f"need one finite advantage per sample: {len(samples)} samples, advantages of shape {advantages.shape}")
     if not samples:
         return []
     units, costs = _units(samples, max_tokens)
