@@ -22,7 +22,7 @@ from atgrpo.transport.errors import (
     WeightsError,
     WeightsHeaderError,
 )
-from atgrpo.transport.tensors import DTYPES, NO_CHECKSUM, frames_to_weights, weights_to_frames
+from atgrpo.transport.tensors import DTYPES, NO_CHECKSUM, frames_to_weights, weights_checksum, weights_to_frames
 
 RECV_TIMEOUT_MS = 5000
 
@@ -211,3 +211,14 @@ def test_checksums_on_the_thread_pool_match_and_catch_corruption(monkeypatch: py
     corrupt[-1] = last
     with pytest.raises(ChecksumMismatch, match="'transposed'"):
         frames_to_weights(corrupt)
+
+
+def test_weights_checksum_tells_equal_weights_from_changed_ones():
+    a = {"w": torch.randn(4, 3), "scalar": torch.tensor(2.0), "half": torch.zeros(5, dtype=torch.bfloat16)}
+    same = {k: v.clone() for k, v in reversed(list(a.items()))}  # order of the dict does not matter
+    assert weights_checksum(a) == weights_checksum(same)
+    changed = {k: v.clone() for k, v in a.items()}
+    changed["w"][2, 1] = torch.nextafter(changed["w"][2, 1], torch.tensor(10.0))  # one ulp
+    renamed = {("v" if k == "w" else k): v for k, v in a.items()}
+    assert weights_checksum(changed) != weights_checksum(a) != weights_checksum(renamed)
+    assert weights_checksum({"t": torch.ones(3, 2).t()}) == weights_checksum({"t": torch.ones(2, 3)})  # bytes, not strides

@@ -51,9 +51,9 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
     from atgrpo.engines.base import SamplingParams
     from atgrpo.engines.torch_engine import TorchEngine
     from atgrpo.learner.backend import TorchBackend
-    from atgrpo.learner.batching import loss_normalizer, make_microbatches
+    from atgrpo.learner.batching import loss_normalizer
     from atgrpo.learner.loss import LossConfig
-    from atgrpo.learner.shared_prefix import make_prefix_microbatches
+    from atgrpo.learner.shared_prefix import microbatch_builder
     from atgrpo.learner.trainer import compute_advantages, step_seeds
     from atgrpo.messages import WorkUnit
     from atgrpo.models.folder import load_model, load_tokenizer
@@ -78,8 +78,7 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
             unit = WorkUnit(lo, step, seeds[lo : lo + ro.envs_per_unit], lo, "train", {"shared": engine.version})
             samples += wf.run(unit, {"shared": PolicyHandle(engine, tok)}, params, run_id=cfg.run.name, seed=step).samples
         adv, _, _ = compute_advantages(samples, ro.grouping)
-        build = make_prefix_microbatches if cfg.train.share_prefix else make_microbatches
-        mbs = build(samples, adv, max_tokens=cfg.train.micro_batch_tokens, pad_id=tok.pad_token_id)
+        mbs = microbatch_builder(cfg.train.share_prefix)(samples, adv, max_tokens=cfg.train.micro_batch_tokens, pad_id=tok.pad_token_id)
         backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
         engine.load_weights(step + 1, backend.export_weights())
         times.append(time.perf_counter() - t0)

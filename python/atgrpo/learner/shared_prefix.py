@@ -17,13 +17,13 @@ Layout of a shared-prefix `MicroBatch` (B sample rows, P distinct prompts):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from atgrpo import kernels
-from atgrpo.learner.batching import MicroBatch
+from atgrpo.learner.batching import MicroBatch, make_microbatches
 from atgrpo.messages import Sample
 
 
@@ -73,6 +73,12 @@ def make_prefix_microbatches(
     return out
 
 
+def microbatch_builder(share_prefix: bool) -> Callable[..., list[MicroBatch]]:
+    """The step's micro-batch builder as `train.share_prefix` asks: this layout or the plain one
+    (both take `(samples, advantages, *, max_tokens, pad_id, aggregation)`)."""
+    return make_prefix_microbatches if share_prefix else make_microbatches
+
+
 def _build(samples: Sequence[Sample], advantages: np.ndarray, rows: list[int], pad_id: int, aggregation: str) -> MicroBatch:
     prompts: dict[tuple[int, ...], int] = {}
     row_prefix = np.array([prompts.setdefault(tuple(samples[i].prompt_ids), len(prompts)) for i in rows], dtype=np.int64)
@@ -103,12 +109,12 @@ def _build(samples: Sequence[Sample], advantages: np.ndarray, rows: list[int], p
     weights = loss_mask.astype(np.float32)
     if aggregation == "seq_mean":
         weights /= np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
-    token_adv = loss_mask * np.asarray(advantages, dtype=np.float32)[rows][:, None]
+    token_adv = loss_mask * advantages[rows].astype(np.float32)[:, None]
     return MicroBatch(
         input_ids=torch.from_numpy(input_ids),
         attention_mask=torch.from_numpy(attention),
         loss_mask=torch.from_numpy(loss_mask),
-        advantages=torch.from_numpy(token_adv.astype(np.float32)),
+        advantages=torch.from_numpy(token_adv),
         behaviour_logprobs=torch.from_numpy(behaviour),
         token_weights=torch.from_numpy(weights),
         sample_index=tuple(rows),
@@ -144,4 +150,4 @@ def prefix_logits(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
     ).logits
 
 
-__all__ = ["make_prefix_microbatches", "prefix_logits"]
+__all__ = ["make_prefix_microbatches", "microbatch_builder", "prefix_logits"]

@@ -19,7 +19,6 @@ import logging
 import random
 import shutil
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,17 @@ import torch.distributed as dist
 from atgrpo import kernels
 from atgrpo.config import GAME_TASKS, RunConfig
 from atgrpo.learner.backends import make_backend
-from atgrpo.learner.batching import loss_normalizer, make_microbatches
+from atgrpo.learner.batching import loss_normalizer
 from atgrpo.learner.hub import Hub, StepData
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.loss import LossConfig
-from atgrpo.learner.shared_prefix import make_prefix_microbatches
+from atgrpo.learner.shared_prefix import microbatch_builder
 from atgrpo.messages import Sample
 from atgrpo.metrics import MetricsWriter, step_metrics
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
+from atgrpo.transport.tensors import weights_checksum
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -167,9 +167,10 @@ class Trainer:
             tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
             if self.world > 1:
                 prints: list[int | None] = [None] * self.world
-                dist.all_gather_object(prints, weights_fingerprint(tensors))
-                out[f"learner/{p}/replica_mismatch"] = float(len(set(prints)) > 1)
-                if len(set(prints)) > 1:
+                dist.all_gather_object(prints, weights_checksum(tensors))
+                diverged = len(set(prints)) > 1
+                out[f"learner/{p}/replica_mismatch"] = float(diverged)
+                if diverged:
                     log.error("policy %s v%d: ranks hold different weights (crc32 per rank %s)", p, self.versions[p], prints)
             if self.hub is not None:
                 self.hub.ledger.versions[p] = self.versions[p]
@@ -197,8 +198,7 @@ class Trainer:
             idx = [i for i, s in enumerate(samples) if s.policy == p]
             chosen = [samples[i] for i in idx]
             agg = self.cfg.train.loss_aggregation
-            build = make_prefix_microbatches if self.cfg.train.share_prefix else make_microbatches
-            mbs = build(chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p], aggregation=agg)
+            mbs = microbatch_builder(self.cfg.train.share_prefix)(chosen, adv[idx], max_tokens=self.cfg.train.micro_batch_tokens, pad_id=self.pad_ids[p], aggregation=agg)
             parts = np.array_split(np.arange(len(mbs)), self.cfg.train.minibatches) if mbs else [np.arange(0)]
             metrics: dict[str, float] = {}
             for part in parts:
@@ -262,15 +262,6 @@ class Trainer:
             summary["steps"] = self.step
             self.metrics.close()
         return summary
-
-
-def weights_fingerprint(tensors: dict[str, torch.Tensor]) -> int:
-    """crc32 over every tensor's bytes in name order: equal on two ranks iff their weights are."""
-    crc = 0
-    for name in sorted(tensors):
-        crc = zlib.crc32(name.encode(), crc)
-        crc = zlib.crc32(tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy(), crc)
-    return crc
 
 
 def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:

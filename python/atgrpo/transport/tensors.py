@@ -156,6 +156,16 @@ def frames_to_weights(
     return header, out
 
 
+def weights_checksum(tensors: dict[str, torch.Tensor]) -> int:
+    """One crc32 over every tensor's name and bytes (name order): two ranks' weights compare equal by
+    it (up to crc collisions). Uses the same per-tensor crc32s, on the same pool, as the wire."""
+    names = sorted(tensors)
+    crc = 0
+    for name, part in zip(names, _crc32s([_bytes_view(tensors[n]) for n in names])):
+        crc = zlib.crc32(name.encode() + part.to_bytes(4, "little"), crc)
+    return crc
+
+
 def _crc32s(views: list[memoryview]) -> list[int]:
     """crc32 of each buffer; over `PARALLEL_CRC_MIN_BYTES` in all, on a small thread pool.
 
@@ -218,4 +228,4 @@ def _tensor(view: memoryview, dtype: torch.dtype, shape: list[int]) -> torch.Ten
     return raw.view(dtype).view(shape)
 
 
-__all__ = ["DTYPES", "NO_CHECKSUM", "frames_to_weights", "weights_to_frames"]
+__all__ = ["DTYPES", "NO_CHECKSUM", "frames_to_weights", "weights_checksum", "weights_to_frames"]
