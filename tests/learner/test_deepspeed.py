@@ -35,7 +35,12 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "deepspeed_worker.py"
 TWO_RANK_TIMEOUT_S = 300
 STAGES = (0, 1, 2, 3)
-ATOL, RTOL = 1e-6, 1e-5
+ATOL, RTOL = 1e-2 * LR, 1e-5
+"""Weights are compared after Adam steps. Adam divides each gradient entry by its own running RMS, so
+the rounding of a different reduction order (ZeRO-3 partitions, oneDNN kernels that differ between
+AVX2 and AVX-512/AMX machines) is not damped for entries whose gradient is near zero: measured up
+to 1.6e-6 on weights of 0.06. A real error moves an entry by a sizable fraction of one Adam step
+(~LR per step), far above 1% of it."""
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,9 @@ def test_torch_backend_update_matches_plain_layout(model_dir):
         assert metrics["tokens"] == total
         weights.append(backend.export_weights())
     for name in weights[0]:
-        torch.testing.assert_close(weights[1][name], weights[0][name], atol=1e-6, rtol=1e-5, msg=name)
+        # 1% of one Adam step (lr 1e-3): Adam scales each entry by its own gradient RMS, so rounding
+        # of the two layouts' different reduction orders is not damped where a gradient is near zero.
+        torch.testing.assert_close(weights[1][name], weights[0][name], atol=1e-5, rtol=1e-5, msg=name)
 
 
 def test_each_prompt_runs_once_and_the_budget_holds():

@@ -18,7 +18,8 @@ import time
 import torch
 
 from atgrpo.config import RunConfig
-from atgrpo.engines.base import RolloutEngine, SamplingParams
+from atgrpo.engines.base import SamplingParams
+from atgrpo.engines.factory import open_engine
 from atgrpo.messages import (
     PROTOCOL_VERSION,
     Hello,
@@ -32,7 +33,6 @@ from atgrpo.messages import (
     WorkRequest,
     WorkUnit,
 )
-from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
 from atgrpo.workflows.factory import make_workflow
@@ -51,19 +51,10 @@ class UnitLost(Exception):
 
 
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
-    folder = policy_dir(cfg, policy)
-    tokenizer = load_tokenizer(folder)
-    if cfg.rollout.engine == "vllm":
-        from atgrpo.engines.vllm_engine import VllmEngine
-
-        engine: RolloutEngine = VllmEngine(str(folder), policy=policy)
-    else:
-        from atgrpo.engines.torch_engine import TorchEngine
-
-        model = load_model(folder, dtype=cfg.train.dtype, device=cfg.rollout.device)
-        engine = TorchEngine(
-            model, policy=policy, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, version=-1
-        )
+    engine, tokenizer = open_engine(
+        policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=cfg.train.dtype, version=-1,
+        engines_per_process=len(set(cfg.role_policy.values())),
+    )
     return PolicyHandle(engine=engine, tokenizer=tokenizer)
 
 

@@ -5,6 +5,7 @@
     atgrpo-bench transport      # weight sync and sample streaming over ZMQ vs bare pyzmq
     atgrpo-bench e2e            # default-config step time split and actor idle vs one process
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
+    atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
     atgrpo-bench all --quick    # everything, fewer repeats
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
@@ -26,6 +27,7 @@ SUITES = {
     "transport": "atgrpo.bench.transport",
     "e2e": "atgrpo.bench.e2e",
     "sandbox": "atgrpo.bench.sandbox",
+    "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
 
 

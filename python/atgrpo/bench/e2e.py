@@ -49,7 +49,7 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
     import torch
 
     from atgrpo.engines.base import SamplingParams
-    from atgrpo.engines.torch_engine import TorchEngine
+    from atgrpo.engines.factory import open_engine
     from atgrpo.learner.backend import TorchBackend
     from atgrpo.learner.batching import loss_normalizer
     from atgrpo.learner.loss import LossConfig
@@ -63,9 +63,8 @@ def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
     torch.set_num_threads(cfg.launch.learner_threads or os.cpu_count() or 1)  # every core, as the system's learner
     folder = out / "models" / "shared"
     tok = load_tokenizer(folder)
-    learner_model, actor_model = load_model(folder), load_model(folder)
-    backend = TorchBackend(learner_model, lr=cfg.policies["shared"].lr, weight_decay=0.01, grad_clip=1.0, loss_cfg=LossConfig())
-    engine = TorchEngine(actor_model, policy="shared", eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    backend = TorchBackend(load_model(folder), lr=cfg.policies["shared"].lr, weight_decay=0.01, grad_clip=1.0, loss_cfg=LossConfig())
+    engine, _ = open_engine(folder, cfg.rollout, policy="shared")
     wf = GameWorkflow(cfg)
     ro = cfg.rollout
     params = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p)

@@ -10,7 +10,8 @@ The workflow is the training one (`make_workflow`), with the roles of the config
 `--samples n` rolls out n independent episodes (parallel sampling) at `--temperature` and reports
 pass@k for each `--k` (unbiased estimator, k <= n). Accuracy is the mean success over all episodes
 (pass@1). Problems: code/math use the eval dataset (`--dataset`, default the task pack's set), games
-use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine.
+use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine, or vLLM with
+`--engine vllm`.
 Results are printed as a table and, with `--out`, written as JSON. Exit status 2 on bad arguments.
 """
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turns", type=int, default=None)
     p.add_argument("--prompts", choices=["compact", "paper"], default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="rollout engine (default torch)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--batch", type=int, default=16, help="problems per workflow call")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -87,8 +89,10 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
     if args.samples < 1:
         raise EvalError("--samples must be >= 1")
     ro = data["rollout"]
-    ro.update(k=args.samples, sampling="parallel", grouping="agent_turn", device=args.device, engine="torch")
-    for key, val in (("temperature", args.temperature), ("top_p", args.top_p), ("max_new_tokens", args.max_new_tokens)):
+    ro.update(k=args.samples, sampling="parallel", grouping="agent_turn", device=args.device, engine=args.engine)
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
+        raise EvalError("--top-p must be in (0, 1]")
+    for key, val in (("temperature", args.temperature), ("max_new_tokens", args.max_new_tokens)):
         if val is not None:
             ro[key] = val
     data["train"]["dtype"] = args.dtype
@@ -135,9 +139,8 @@ def ks_of(spec: str | None, n: int) -> list[int]:
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from atgrpo.engines.base import SamplingParams
-    from atgrpo.engines.torch_engine import TorchEngine
+    from atgrpo.engines.factory import open_engine
     from atgrpo.messages import WorkUnit
-    from atgrpo.models.folder import load_model, load_tokenizer
     from atgrpo.workflows.factory import make_workflow
     from atgrpo.workflows.games import PolicyHandle
 
@@ -158,12 +161,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             raise EvalError("nothing to evaluate (0 problems)")
         handles = {}
         for name, pc in cfg.policies.items():
-            tok = load_tokenizer(pc.path)
-            model = load_model(pc.path, dtype=args.dtype, device=args.device)
-            engine = TorchEngine(model, policy=name, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, version=0)
+            engine, tok = open_engine(
+                pc.path or "", cfg.rollout, policy=name, dtype=args.dtype, version=0, engines_per_process=len(cfg.policies)
+            )
             handles[name] = PolicyHandle(engine=engine, tokenizer=tok)
         ro = cfg.rollout
-        sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p, greedy=greedy)
+        top_p = 1.0 if args.top_p is None else args.top_p
+        sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=top_p, greedy=greedy)
         correct = [0] * count
         t0 = time.perf_counter()
         for lo in range(0, count, max(1, args.batch)):

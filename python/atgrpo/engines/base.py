@@ -19,10 +19,13 @@ class SamplingParams:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
+    """Nucleus sampling. Below 1 the reported logprobs are those of the renormalised nucleus (what
+    was really sampled from), which the learner cannot reproduce: training refuses it
+    (`rollout.top_p`), evaluation may use it."""
     greedy: bool = False
     """Argmax decoding (evaluation); logprobs are then those of the temperature-1 distribution."""
     stop_token_ids: tuple[int, ...] = ()
-    """Generation of a sequence ends after any of these (the tokenizer's EOS is always one)."""
+    """Generation ends after any of these, in addition to the model's own stop tokens."""
 
 
 @dataclass
@@ -54,3 +57,20 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         """Install a full set of weights (HF parameter names) as `version`."""
+
+
+class PromptTooLongError(ValueError):
+    """A prompt plus `max_new_tokens` exceeds the model's context length."""
+
+
+def check_prompts(prompts: list[list[int]], params: SamplingParams, context_length: int | None) -> None:
+    """Refuse empty prompts and prompts that leave no room for `max_new_tokens` in the context."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    if context_length is not None:
+        longest = max((len(p) for p in prompts), default=0)
+        if longest + params.max_new_tokens > context_length:
+            raise PromptTooLongError(
+                f"a prompt of {longest} tokens plus max_new_tokens={params.max_new_tokens} exceeds the model's "
+                f"context of {context_length} tokens; shorten the prompt (task.prompts, task.turns) or max_new_tokens"
+            )

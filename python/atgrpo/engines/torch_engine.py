@@ -9,23 +9,28 @@ copies new tensors into it in place (no reallocation), and nothing else may modi
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from atgrpo.engines.base import Completion, EngineStats, RolloutEngine, SamplingParams
+from atgrpo.engines.base import Completion, EngineStats, RolloutEngine, SamplingParams, check_prompts
 
 
 class TorchEngine(RolloutEngine):
     def __init__(
-        self, model: torch.nn.Module, *, policy: str, eos_token_id: int, pad_token_id: int, version: int = 0, max_batch: int = 512
+        self, model: torch.nn.Module, *, policy: str, stop_token_ids: Sequence[int], pad_token_id: int,
+        context_length: int | None = None, version: int = 0, max_batch: int = 512,
     ) -> None:
+        if not stop_token_ids:
+            raise ValueError("an engine needs at least one stop token (the model's EOS)")
         self.model = model.eval()
         self.policy = policy
         self.version = version
-        self.eos_token_id = eos_token_id
+        self.stop_token_ids = tuple(stop_token_ids)
         self.pad_token_id = pad_token_id
+        self.context_length = context_length
         self.max_batch = max_batch
         self.stats = EngineStats()
 
@@ -48,8 +53,7 @@ class TorchEngine(RolloutEngine):
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
+        check_prompts(prompts, params, self.context_length)
         start = time.perf_counter()
         gen = torch.Generator(device=self.device)
         gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
@@ -71,7 +75,7 @@ class TorchEngine(RolloutEngine):
             mask[i, width - len(p) :] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        stops = torch.tensor(sorted({self.eos_token_id, *params.stop_token_ids}), device=dev)
+        stops = torch.tensor(sorted({*self.stop_token_ids, *params.stop_token_ids}), device=dev)
         cache = DynamicCache()
         logits = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
@@ -104,7 +108,8 @@ class TorchEngine(RolloutEngine):
 
     @staticmethod
     def _pick(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(token [n], its log-probability under the temperature-scaled full distribution [n])."""
+        """(token [n], its log-probability under the distribution it was drawn from [n]: the
+        temperature-scaled one, renormalised over the nucleus when top_p < 1)."""
         if params.greedy:
             logp = F.log_softmax(logits, dim=-1)
             tok = logp.argmax(-1)
@@ -116,5 +121,7 @@ class TorchEngine(RolloutEngine):
             keep = sorted_p.cumsum(-1) - sorted_p < params.top_p
             sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+            # The token's probability under what was sampled from: the renormalised nucleus.
+            logp = probs.log() - probs.sum(-1, keepdim=True).log()
         tok = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

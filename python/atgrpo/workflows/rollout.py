@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
     """Token ids of a prompt: the tokenizer's chat template when `chat` and it has one, else plain text."""
     if chat and getattr(tokenizer, "chat_template", None):
-        return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True))
-    return list(tokenizer.encode(text, add_special_tokens=False))
+        # Render to text, then encode: what `apply_chat_template(tokenize=True)` returns differs between
+        # transformers versions (a list, or a BatchEncoding whose list() is its keys). The template
+        # writes its own special tokens, so encoding adds none.
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return [int(t) for t in ids]
 
 
 def unit_sampling(sampling: SamplingParams, greedy: bool) -> SamplingParams:

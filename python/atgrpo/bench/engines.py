@@ -1,0 +1,133 @@
+"""`atgrpo-bench engines`: the rollout engines on the real model (SmolLM2-135M-Instruct), all in one run.
+
+- Decoding throughput of the vLLM engine and the torch engine against transformers' `generate`, at
+  batch 16 and 64, 64 new tokens. Greedy decoding, so all three produce the same tokens (the same
+  work); tokens/s counts generated tokens, stop tokens included.
+- One in-place weight reload of each engine, against starting the engine afresh (what a system
+  without in-place reload pays per version).
+- The engine-versus-learner log-probability mismatch (mean |Δ| per token, fp32, T = 0.7), against
+  the 1e-3 bound the system tests hold it to.
+
+The vLLM part needs vLLM (the README set-up installs its CPU build); it runs in this process
+(in-process engine core), so this suite runs last in `atgrpo-bench all`. Every engine uses all cores.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from atgrpo.bench.report import BenchRow
+
+SUITE = "engines"
+NEW_TOKENS = 64
+TEMPERATURE = 0.7
+MISMATCH_BOUND = 1e-3
+
+
+def _prompts(tokenizer, n: int) -> list[list[int]]:
+    from atgrpo.workflows.rollout import encode_prompt
+
+    topics = ["the sea", "a mountain", "bread", "a clock", "rain", "a library", "trains", "the moon"]
+    return [encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)]
+
+
+def _hf_generate(model, prompts: list[list[int]], pad_id: int, stops: tuple[int, ...]) -> int:
+    """transformers' own `generate`, greedy, left-padded batch; returns the generated token count."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                             pad_token_id=pad_id, eos_token_id=list(stops))
+    new = out[:, width:]
+    count = 0
+    for row in new.tolist():
+        stop_at = next((j for j, t in enumerate(row) if t in stops), None)
+        count += len(row) if stop_at is None else stop_at + 1
+    return count
+
+
+def _timed(fn, repeats: int) -> tuple[float, int]:
+    """(median seconds, tokens of the last call) over `repeats` calls after one warm-up."""
+    fn()
+    times, tokens = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        tokens = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), tokens
+
+
+def run(quick: bool) -> list[BenchRow]:
+    import torch
+
+    from atgrpo.config import RolloutSection
+    from atgrpo.engines.base import SamplingParams
+    from atgrpo.engines.factory import open_engine
+    from atgrpo.models.folder import load_model, model_facts
+    from atgrpo.models.importer import smollm2_folder
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    folder = smollm2_folder()
+    repeats = 1 if quick else 3
+    batches = (16,) if quick else (16, 64)
+    hf = load_model(folder).eval()
+    start = time.perf_counter()
+    vllm_engine, tok = open_engine(folder, RolloutSection(engine="vllm"), policy="bench")
+    vllm_start_s = time.perf_counter() - start
+    start = time.perf_counter()
+    torch_engine, _ = open_engine(folder, RolloutSection(engine="torch"), policy="bench")
+    torch_start_s = time.perf_counter() - start
+    facts = model_facts(folder, tok)
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    rows: list[BenchRow] = []
+    for batch in batches:
+        prompts = _prompts(tok, batch)
+        ref_s, ref_tokens = _timed(lambda: _hf_generate(hf, prompts, facts.pad_token_id, facts.stop_token_ids), repeats)
+        for name, engine in (("vllm", vllm_engine), ("torch", torch_engine)):
+            def gen(engine=engine) -> int:
+                return sum(len(c.token_ids) for c in engine.generate(prompts, greedy))
+
+            secs, tokens = _timed(gen, repeats)
+            rows.append(BenchRow(
+                SUITE, f"{name} engine tokens/s, batch {batch}", tokens / secs, "tok/s",
+                "transformers generate", ref_tokens / ref_s, extra={"tokens": tokens, "reference_tokens": ref_tokens},
+            ))
+    weights = {k: v.clone() for k, v in hf.state_dict().items()}
+    for name, engine, start_s in (("vllm", vllm_engine, vllm_start_s), ("torch", torch_engine, torch_start_s)):
+        reloads = []
+        for v in range(repeats + 1):
+            t = time.perf_counter()
+            engine.load_weights(v + 1, weights)
+            reloads.append(time.perf_counter() - t)
+        rows.append(BenchRow(
+            SUITE, f"{name} engine weight reload", statistics.median(reloads[1:]), "s", "engine start", start_s,
+            higher_is_better=False,
+        ))
+    rows += _mismatch_rows(hf, tok, facts, vllm_engine, torch_engine)
+    return rows
+
+
+def _mismatch_rows(hf, tok, facts, *engines) -> list[BenchRow]:
+    from atgrpo.engines.base import SamplingParams
+    from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
+
+    prompts = _prompts(tok, 16)
+    rows = []
+    for name, engine in zip(("vllm", "torch"), engines):
+        outs = engine.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE), seed=0)
+        learner = learner_logprobs(hf, prompts, outs, TEMPERATURE, facts.pad_token_id)
+        mean, worst, tokens = logprob_mismatch([o.logprobs for o in outs], learner)
+        rows.append(BenchRow(
+            SUITE, f"{name} engine vs learner logprob mismatch", mean, "mean |Δ|", "bound", MISMATCH_BOUND,
+            higher_is_better=False, target="<= 1e-3", target_met=mean <= MISMATCH_BOUND,
+            extra={"max": worst, "tokens": tokens},
+        ))
+    return rows

@@ -1,0 +1,44 @@
+"""Open the rollout engine a config asks for on a local model folder, with the model's own facts.
+
+The one place that turns (`rollout.engine`, folder) into an engine: the actor, `atgrpo-eval` and
+`atgrpo-bench` all call it, so stop tokens, pad token and context length come from the folder's
+files the same way everywhere (`atgrpo.models.folder.model_facts`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from atgrpo.config import RolloutSection
+from atgrpo.engines.base import RolloutEngine
+from atgrpo.models.folder import load_model, load_tokenizer, model_facts
+
+
+def open_engine(
+    folder: str | Path, rollout: RolloutSection, *, policy: str, dtype: str = "float32", version: int = -1,
+    engines_per_process: int = 1,
+) -> tuple[RolloutEngine, object]:
+    """(engine, tokenizer) for `folder`. `engines_per_process` engines share the device's memory
+    (vLLM on a GPU: each takes its share of `rollout.vllm_gpu_memory_utilization`)."""
+    tokenizer = load_tokenizer(folder)
+    facts = model_facts(folder, tokenizer)
+    if rollout.engine == "vllm":
+        from atgrpo.engines.vllm_engine import VllmEngine
+
+        engine: RolloutEngine = VllmEngine(
+            str(folder), policy=policy, facts=facts, dtype=dtype, device=rollout.device, version=version,
+            gpu_memory_utilization=rollout.vllm_gpu_memory_utilization / max(1, engines_per_process),
+            cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
+        )
+    else:
+        from atgrpo.engines import torch_engine  # looked up at call time: tests substitute the class
+
+        model = load_model(folder, dtype=dtype, device=rollout.device)
+        engine = torch_engine.TorchEngine(
+            model, policy=policy, stop_token_ids=facts.stop_token_ids, pad_token_id=facts.pad_token_id,
+            context_length=facts.context_length, version=version,
+        )
+    return engine, tokenizer
+
+
+__all__ = ["open_engine"]

@@ -1,0 +1,50 @@
+"""How closely an engine's log-probabilities agree with the learner's on the same tokens.
+
+Token-in, token-out training needs the two to be the same function of the same weights: the PPO
+ratio is `exp(learner - engine)`, so any gap is a bias from step 1. This scores an engine's
+completions through the learner's own batching and `token_logprobs`, the path training takes
+(used by `atgrpo-bench engines` and the engine tests; training reports the same gap per step as
+`learner/<policy>/logprob_mismatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from atgrpo.engines.base import Completion
+from atgrpo.learner.batching import make_microbatches
+from atgrpo.learner.loss import token_logprobs
+from atgrpo.messages import GroupKey, Sample
+
+
+def learner_logprobs(
+    model: torch.nn.Module, prompts: Sequence[list[int]], outs: Sequence[Completion], temperature: float, pad_id: int,
+    max_tokens: int = 8192,
+) -> list[list[float]]:
+    """The learner's log-probability of every token of every completion, at `temperature`."""
+    samples = [
+        Sample(
+            run_id="check", policy="check", version=0, step=0, role="check", key=GroupKey(i, 0, 0), prompt_ids=list(p),
+            response_ids=o.token_ids, logprobs=o.logprobs, reward=0.0, reward_team=0.0, reward_local=0.0,
+        )
+        for i, (p, o) in enumerate(zip(prompts, outs))
+    ]
+    result: dict[int, list[float]] = {}
+    for mb in make_microbatches(samples, np.zeros(len(samples)), max_tokens=max_tokens, pad_id=pad_id):
+        with torch.no_grad():
+            logp, _ = token_logprobs(model, mb, temperature)
+        for row, i in enumerate(mb.sample_index):
+            result[i] = logp[row][mb.loss_mask[row, 1:]].tolist()
+    return [result[i] for i in range(len(samples))]
+
+
+def logprob_mismatch(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> tuple[float, float, int]:
+    """(mean |a - b|, max |a - b|, token count) over every token of every sequence."""
+    diffs = np.concatenate([np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) for x, y in zip(a, b)])
+    return float(diffs.mean()), float(diffs.max()), int(diffs.size)
+
+
+__all__ = ["learner_logprobs", "logprob_mismatch"]
