@@ -60,3 +60,23 @@ def test_transport_bench_payloads() -> None:
     assert 11e6 < sum(t.numel() * t.element_size() for t in sd.values()) < 14e6
     batch = transport_bench.sample_batch()
     assert len(batch.samples) == 16 and all(len(s.response_ids) == 200 for s in batch.samples)
+
+
+def test_engines_bench_reports_every_ratio(smollm2, tmp_path: Path) -> None:
+    """`atgrpo-bench engines --quick` on the real model: throughput of both engines against
+    transformers' generate, reload against a fresh start, and the logprob mismatch against its bound."""
+    out = tmp_path / "engines.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "atgrpo.bench.cli", "engines", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "ratio" in result.stdout
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {
+        "vllm engine tokens/s, batch 4", "torch engine tokens/s, batch 4", "vllm engine weight reload",
+        "torch engine weight reload", "vllm engine vs learner logprob mismatch", "torch engine vs learner logprob mismatch",
+    }
+    assert all(r["value"] > 0 and r["reference_value"] > 0 and r["ratio"] > 0 for r in rows.values())
+    for name in ("vllm engine vs learner logprob mismatch", "torch engine vs learner logprob mismatch"):
+        assert rows[name]["target_met"], rows[name]

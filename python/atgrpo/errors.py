@@ -1,7 +1,7 @@
 """Every exception atgrpo raises on purpose. All derive from `AtgrpoError`.
 
 Most classes are defined by the Rust extension (one per error variant, see
-`rust/python/src/errors.rs`); the dataset and verifier errors are Python classes. All are
+`rust/python/src/errors.rs`); the dataset, verifier, engine and model-import errors are Python classes. All are
 re-exported here; import them from `atgrpo.errors`.
 """
 
@@ -26,6 +26,8 @@ from atgrpo._core import (
     UnknownTaskError,
 )
 from atgrpo.data.errors import DatasetError, DatasetFileError, DatasetRecordError, UnknownFormatError
+from atgrpo.engines.errors import PromptTooLongError, VllmUnavailableError
+from atgrpo.models.importer import ModelImportError
 from atgrpo.verify.errors import VerifierStartError
 
 __all__ = [
@@ -43,7 +45,9 @@ __all__ = [
     "KernelArgumentError",
     "KernelShapeError",
     "LengthMismatchError",
+    "ModelImportError",
     "PoolClosedError",
+    "PromptTooLongError",
     "SampleTooLongError",
     "SandboxClosedError",
     "SandboxConfigError",
@@ -52,4 +56,5 @@ __all__ = [
     "UnknownFormatError",
     "UnknownTaskError",
     "VerifierStartError",
+    "VllmUnavailableError",
 ]

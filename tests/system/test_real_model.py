@@ -1,6 +1,7 @@
 """The real model end to end: SmolLM2-135M-Instruct (its own chat template, stop token and context)
 through `atgrpo-train` with each engine, one step of the code and math workflows (sandbox and
-verifier), and `atgrpo-eval` on the public GSM8K and HumanEval sets.
+verifier) and `atgrpo-eval` on the public GSM8K and HumanEval sets (these two in this process,
+torch engine: CI time).
 
 The training runs are small (two steps, one env, K = 2, one turn, paper prompts) but complete:
 every sample admitted, the engine's log-probabilities equal to the learner's within 1e-3 (fp32),
@@ -13,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from systest_util import child_env, module_cmd, run_train
+from systest_util import run_train
 
-from atgrpo.config import RolloutSection
+from atgrpo.config import RolloutSection, load_config
 from atgrpo.engines.base import SamplingParams
 from atgrpo.engines.factory import open_engine
 from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
@@ -88,38 +88,82 @@ def test_atgrpo_train_with_the_real_model(engine: str, smollm2: Path, tmp_path: 
     assert moved > 10 * MISMATCH_MAX, moved
 
 
-def eval_cmd(*args: str) -> list[str]:
-    return module_cmd("atgrpo.cli.eval", *args)
+class Counting:
+    """Wraps an object, counting the calls of one method (proof that the real thing ran)."""
+
+    def __init__(self, inner, method: str) -> None:
+        self.inner, self.method, self.calls = inner, method, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name != self.method:
+            return attr
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return attr(*args, **kwargs)
+
+        return counted
 
 
-def run_eval(args: list[str], out: Path) -> dict:
-    proc = subprocess.run(eval_cmd(*args, "--out", str(out)), capture_output=True, text=True, timeout=RUN_S, env=child_env())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
+@pytest.mark.parametrize("task", ["code", "math"])
+def test_one_step_of_code_and_math_with_the_real_model(task: str, smollm2: Path) -> None:
+    """One training step in this process: the workflow with the real model (torch engine), its
+    programs in the sandbox and (math) its answers through the verifier, then the learner's update.
+    Truncated answers are passed on as they are, so programs are run even when cut off."""
+    from atgrpo.learner.backend import TorchBackend
+    from atgrpo.learner.batching import loss_normalizer
+    from atgrpo.learner.loss import LossConfig
+    from atgrpo.learner.shared_prefix import microbatch_builder
+    from atgrpo.learner.trainer import compute_advantages
+    from atgrpo.messages import WorkUnit
+    from atgrpo.workflows.factory import make_workflow
+    from atgrpo.workflows.games import PolicyHandle
 
-
-@pytest.mark.parametrize(("task", "roles"), [("code", "coder,tester"), ("math", "tool,reasoner")])
-def test_one_step_of_code_and_math_with_the_real_model(task: str, roles: str, smollm2: Path, tmp_path: Path) -> None:
-    """One training step through the sandbox (code, the math tool agent's programs) and the verifier."""
-    out = tmp_path / task
-    sets = real_sets(out, smollm2, task__task=f'"{task}"', run__steps=1, rollout__max_new_tokens=48)
-    run = run_train(out, sets, timeout_s=RUN_S)
-    assert run.returncode == 0, run.output[-4000:]
-    (row,) = run.train_rows().values()
-    assert row["rollout/samples"] == 1 * 2 * 2 and row["hub/rejected_total"] == 0.0
-    assert row["learner/shared/logprob_mismatch"] <= MISMATCH_MAX
+    cfg = load_config(None, [f'task.task="{task}"', 'task.prompts="paper"', "task.turns=1", "rollout.k=2",
+                             "rollout.max_new_tokens=48", "rollout.truncated_is_invalid=false",
+                             f"policies.shared.path={json.dumps(str(smollm2))}"])
+    wf = make_workflow(cfg)
+    sandbox = Counting(wf.sandbox, "run_batch")
+    wf._sandbox._sandbox = sandbox  # the lazy sandbox, started and wrapped
+    if task == "math":
+        verifier = Counting(wf.verifier, "verify_batch")
+        wf._verifier = verifier
+    engine, tok = open_engine(smollm2, cfg.rollout, policy="shared", version=0)
+    try:
+        unit = WorkUnit(0, 0, [0, 1], 0, "train", {"shared": 0})
+        params = SamplingParams(max_new_tokens=48, temperature=cfg.rollout.temperature)
+        result = wf.run(unit, {"shared": PolicyHandle(engine, tok)}, params, run_id=cfg.run.name, seed=0)
+    finally:
+        wf.close()
+    samples = result.samples
+    assert len(samples) == 2 * 2 * 2  # envs x K x roles, one turn
+    assert sandbox.calls > 0
+    if task == "math":
+        assert verifier.calls > 0
+    adv, _, _ = compute_advantages(samples, cfg.rollout.grouping)
+    loss_cfg = LossConfig(temperature=cfg.rollout.temperature, entropy_coef=0.01)
+    backend = TorchBackend(load_model(smollm2), lr=1e-4, weight_decay=0.0, grad_clip=1.0, loss_cfg=loss_cfg)
+    mbs = microbatch_builder(True)(samples, adv, max_tokens=8192, pad_id=2)
+    metrics = backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
+    assert metrics["logprob_mismatch"] <= MISMATCH_MAX and metrics["grad_norm"] > 0
 
 
 @pytest.mark.parametrize(
     ("task", "dataset", "fmt", "limit"),
     [("math", "gsm8k/test.jsonl", "gsm8k", 20), ("code", "humaneval/HumanEval.jsonl.gz", "humaneval", 10)],
 )
-def test_atgrpo_eval_with_the_real_model_on_public_sets(task, dataset, fmt, limit, smollm2, tmp_path) -> None:
+def test_atgrpo_eval_with_the_real_model_on_public_sets(task, dataset, fmt, limit, smollm2, tmp_path, capsys) -> None:
+    from atgrpo.cli.eval import main as eval_main
+
     path = DATASETS / dataset
     if not path.is_file():
         pytest.skip(f"public dataset {path} not found (set ATGRPO_DATASETS_DIR)")
-    res = run_eval(["--task", task, "--model", str(smollm2), "--dataset", str(path), "--format", fmt,
-                    "--limit", str(limit), "--prompts", "paper", "--turns", "1", "--max-new-tokens", "48",
-                    "--engine", "vllm"], tmp_path / "eval.json")
+    out = tmp_path / "eval.json"
+    rc = eval_main(["--task", task, "--model", "@smollm2", "--dataset", str(path), "--format", fmt, "--limit", str(limit),
+                    "--prompts", "paper", "--turns", "1", "--max-new-tokens", "48", "--batch", "20", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    res = json.loads(out.read_text())
     assert res["problems"] == limit and len(res["per_problem"]) == limit
+    assert res["models"] == {role: str(smollm2) for role in res["roles"]}
     assert 0.0 <= res["accuracy"] <= 1.0

@@ -1,7 +1,7 @@
 """`atgrpo-bench engines`: the rollout engines on the real model (SmolLM2-135M-Instruct), all in one run.
 
 - Decoding throughput of the vLLM engine and the torch engine against transformers' `generate`, at
-  batch 16 and 64, 64 new tokens. Greedy decoding, so all three produce the same tokens (the same
+  batch 16 and 64, 64 new tokens (`--quick`: batch 4, 16 tokens, one repeat). Greedy decoding, so all three produce the same tokens (the same
   work); tokens/s counts generated tokens, stop tokens included.
 - One in-place weight reload of each engine, against starting the engine afresh (what a system
   without in-place reload pays per version).
@@ -33,10 +33,11 @@ def _prompts(tokenizer, n: int) -> list[list[int]]:
     return [encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)]
 
 
-def _hf_generate(model, prompts: list[list[int]], pad_id: int, stops: tuple[int, ...]) -> int:
+def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> int:
     """transformers' own `generate`, greedy, left-padded batch; returns the generated token count."""
     import torch
 
+    pad_id, stops = facts.pad_token_id, facts.stop_token_ids
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -44,7 +45,7 @@ def _hf_generate(model, prompts: list[list[int]], pad_id: int, stops: tuple[int,
         ids[i, width - len(p):] = torch.tensor(p)
         mask[i, width - len(p):] = 1
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
                              pad_token_id=pad_id, eos_token_id=list(stops))
     new = out[:, width:]
     count = 0
@@ -77,7 +78,8 @@ def run(quick: bool) -> list[BenchRow]:
     torch.set_num_threads(os.cpu_count() or 1)
     folder = smollm2_folder()
     repeats = 1 if quick else 3
-    batches = (16,) if quick else (16, 64)
+    batches = (4,) if quick else (16, 64)
+    new_tokens = 16 if quick else NEW_TOKENS
     hf = load_model(folder).eval()
     start = time.perf_counter()
     vllm_engine, tok = open_engine(folder, RolloutSection(engine="vllm"), policy="bench")
@@ -86,11 +88,11 @@ def run(quick: bool) -> list[BenchRow]:
     torch_engine, _ = open_engine(folder, RolloutSection(engine="torch"), policy="bench")
     torch_start_s = time.perf_counter() - start
     facts = model_facts(folder, tok)
-    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    greedy = SamplingParams(max_new_tokens=new_tokens, greedy=True)
     rows: list[BenchRow] = []
     for batch in batches:
         prompts = _prompts(tok, batch)
-        ref_s, ref_tokens = _timed(lambda: _hf_generate(hf, prompts, facts.pad_token_id, facts.stop_token_ids), repeats)
+        ref_s, ref_tokens = _timed(lambda: _hf_generate(hf, prompts, new_tokens, facts), repeats)
         for name, engine in (("vllm", vllm_engine), ("torch", torch_engine)):
             def gen(engine=engine) -> int:
                 return sum(len(c.token_ids) for c in engine.generate(prompts, greedy))
@@ -111,18 +113,18 @@ def run(quick: bool) -> list[BenchRow]:
             SUITE, f"{name} engine weight reload", statistics.median(reloads[1:]), "s", "engine start", start_s,
             higher_is_better=False,
         ))
-    rows += _mismatch_rows(hf, tok, facts, vllm_engine, torch_engine)
+    rows += _mismatch_rows(hf, tok, facts, new_tokens, vllm_engine, torch_engine)
     return rows
 
 
-def _mismatch_rows(hf, tok, facts, *engines) -> list[BenchRow]:
+def _mismatch_rows(hf, tok, facts, new_tokens: int, *engines) -> list[BenchRow]:
     from atgrpo.engines.base import SamplingParams
     from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
 
     prompts = _prompts(tok, 16)
     rows = []
     for name, engine in zip(("vllm", "torch"), engines):
-        outs = engine.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE), seed=0)
+        outs = engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=TEMPERATURE), seed=0)
         learner = learner_logprobs(hf, prompts, outs, TEMPERATURE, facts.pad_token_id)
         mean, worst, tokens = logprob_mismatch([o.logprobs for o in outs], learner)
         rows.append(BenchRow(

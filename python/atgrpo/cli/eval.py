@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from atgrpo.config import GAME_TASKS, RunConfig, load_config
+from atgrpo.models.importer import ModelImportError, resolve_model_path
 
 
 class EvalError(ValueError):
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override; repeatable")
     p.add_argument("--task", choices=["planpath", "sokoban", "sudoku", "code", "math"])
     p.add_argument("--roles", help="comma-separated roles in turn order (one role: single-agent baseline)")
-    p.add_argument("--model", help="HF-format folder for every role without --role-model")
+    p.add_argument("--model", help="HF-format folder for every role without --role-model (@smollm2: the cached SmolLM2)")
     p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role; repeatable")
     p.add_argument("--dataset", help="code/math problem file (default: the task pack's problems.jsonl)")
     p.add_argument("--format", default=None, help="dataset format (default: auto)")
@@ -112,6 +113,7 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
             if not default:
                 raise EvalError(f"no model for role {role!r}: pass --model or --role-model {role}=PATH")
             folders[role] = default
+    folders = {role: str(resolve_model_path(path)) for role, path in folders.items()}  # "@smollm2", "~"
     for role, path in folders.items():
         if not Path(path, "config.json").is_file():
             raise EvalError(f"model folder for {role!r} not found or not HF format (no config.json): {path}")
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("eval")
     try:
         res = evaluate(args)
-    except (EvalError, FileNotFoundError) as exc:
+    except (EvalError, FileNotFoundError, ModelImportError) as exc:
         print(f"atgrpo-eval: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # a dataset or data error (typed errors of atgrpo.data) reported, not a traceback

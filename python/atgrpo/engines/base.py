@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from atgrpo.engines.errors import PromptTooLongError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -57,10 +59,6 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         """Install a full set of weights (HF parameter names) as `version`."""
-
-
-class PromptTooLongError(ValueError):
-    """A prompt plus `max_new_tokens` exceeds the model's context length."""
 
 
 def check_prompts(prompts: list[list[int]], params: SamplingParams, context_length: int | None) -> None:

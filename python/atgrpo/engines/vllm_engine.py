@@ -30,11 +30,8 @@ import time
 import torch
 
 from atgrpo.engines.base import Completion, EngineStats, RolloutEngine, SamplingParams, check_prompts
+from atgrpo.engines.errors import VllmUnavailableError
 from atgrpo.models.folder import ModelFacts
-
-
-class VllmUnavailableError(ImportError):
-    """vLLM is not installed, or its build does not run on the requested device."""
 
 
 class VllmEngine(RolloutEngine):

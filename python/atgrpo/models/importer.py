@@ -23,12 +23,14 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from atgrpo._core import AtgrpoError
+
 SMOLLM2 = "SmolLM2-135M-Instruct"
 SMOLLM2_ALIAS = "@smollm2"
 """What `policies.<p>.path` may say instead of a folder: the cached SmolLM2 import, built on first use."""
 
 
-class ModelImportError(ValueError):
+class ModelImportError(AtgrpoError, ValueError):
     """The source is not a model atgrpo can import, or the imported folder is not clean."""
 
 
