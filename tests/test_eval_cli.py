@@ -67,6 +67,8 @@ def test_bad_arguments_exit_2_with_a_message(tiny, tmp_path, capsys):
         ["--task", "math", "--model", str(tiny), "--dataset", str(tmp_path / "none.jsonl")],
         ["--task", "code", "--model", str(tiny), "--samples", "2", "--k", "3"],
         ["--task", "code", "--model", str(tiny), "--samples", "0"],
+        ["--task", "code", "--model", str(tiny), "--top-p", "0"],
+        ["--task", "code", "--model", str(tiny), "--top-p", "1.5"],
     ]
     for argv in cases:
         assert eval_cli.main(argv) == 2, argv

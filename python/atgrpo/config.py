@@ -165,7 +165,8 @@ class RolloutSection(_Section):
     """Fraction of the GPU's memory the vLLM engines of one actor take together, split evenly
     between its policies (two policies: 0.4 each)."""
     vllm_cpu_kv_cache_gb: float = Field(default=2.0, gt=0.0)
-    """KV-cache memory of each vLLM engine on CPU (`VLLM_CPU_KVCACHE_SPACE`)."""
+    """KV-cache memory of each vLLM engine on CPU (vLLM's `kv_cache_memory_bytes`; an exported
+    `VLLM_CPU_KVCACHE_SPACE`, in whole GB, takes precedence inside vLLM)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "RolloutSection":

@@ -47,6 +47,12 @@ class EngineStats:
     tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
+    def record(self, seconds: float, completions: "list[Completion]") -> None:
+        """Count one `generate` call that took `seconds` and returned `completions`."""
+        self.generate_s += seconds
+        self.sequences += len(completions)
+        self.tokens += sum(len(c.token_ids) for c in completions)
+
 
 class RolloutEngine(abc.ABC):
     policy: str

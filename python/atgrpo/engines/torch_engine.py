@@ -60,9 +60,7 @@ class TorchEngine(RolloutEngine):
         out: list[Completion] = []
         for lo in range(0, len(prompts), self.max_batch):
             out.extend(self._generate_chunk(prompts[lo : lo + self.max_batch], params, gen))
-        self.stats.generate_s += time.perf_counter() - start
-        self.stats.sequences += len(out)
-        self.stats.tokens += sum(len(c.token_ids) for c in out)
+        self.stats.record(time.perf_counter() - start, out)
         return out
 
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Completion]:

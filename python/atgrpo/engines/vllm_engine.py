@@ -107,9 +107,7 @@ class VllmEngine(RolloutEngine):
                 raise RuntimeError(f"vLLM returned {len(o.logprobs or [])} logprobs for {len(ids)} tokens")
             lps = [float(step[t].logprob) for t, step in zip(ids, o.logprobs)]
             result.append(Completion(ids, lps, o.finish_reason == "stop"))
-        self.stats.generate_s += time.perf_counter() - start
-        self.stats.sequences += len(result)
-        self.stats.tokens += sum(len(c.token_ids) for c in result)
+        self.stats.record(time.perf_counter() - start, result)
         return result
 
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:

@@ -36,7 +36,7 @@ from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.shared_prefix import microbatch_builder
 from atgrpo.messages import Sample
 from atgrpo.metrics import MetricsWriter, step_metrics
-from atgrpo.models.folder import load_model, load_tokenizer
+from atgrpo.models.folder import copy_model_files, load_model, load_tokenizer
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import checkpoints_dir, out_dir, policy_dir, source_model_dir
 from atgrpo.transport.tensors import weights_checksum
@@ -295,9 +295,7 @@ def prepare_models(cfg: RunConfig, log_fn=log.info) -> None:
             )
         model.save_pretrained(tmp)
         if not built:
-            tok.save_pretrained(tmp)
-            if (source / "generation_config.json").is_file():  # the model's own stop tokens
-                shutil.copyfile(source / "generation_config.json", tmp / "generation_config.json")
+            copy_model_files(source, tmp)
         tmp.rename(folder)
 
 
@@ -319,6 +317,4 @@ def export_model_folder(base: Path, tensors: dict[str, torch.Tensor], dest: Path
         raise RuntimeError(f"exported weights do not fit {base}: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
     model.save_pretrained(dest)
-    load_tokenizer(base).save_pretrained(dest)
-    if (base / "generation_config.json").is_file():  # the model's stop tokens, not ones derived from config.json
-        shutil.copyfile(base / "generation_config.json", dest / "generation_config.json")
+    copy_model_files(base, dest)

@@ -7,6 +7,7 @@ from the folder's own files by `model_facts`, so every engine and workflow uses 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,15 @@ def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def copy_model_files(src: str | Path, dest: str | Path) -> None:
+    """`src`'s tokenizer and generation config (its stop tokens) into `dest`, beside weights saved
+    there: a folder written from a model object alone would derive stop tokens from config.json."""
+    src, dest = Path(src), Path(dest)
+    load_tokenizer(src).save_pretrained(dest)
+    if (src / "generation_config.json").is_file():
+        shutil.copyfile(src / "generation_config.json", dest / "generation_config.json")
 
 
 @dataclass(frozen=True)
