@@ -103,7 +103,8 @@ def test_group_ids_match_first_appearance_reference(batch, scale: int) -> None:
 
 
 def test_k_samples_of_different_envs_never_share_a_group() -> None:
-    # ALGORITHM.md defect 2: 8 envs x K=4 at the same (agent, turn) are 8 groups of 4, keyed by env.
+    # python/atgrpo/ALGORITHM.md, rule "Per-environment groups": 8 envs x K=4 at the same (agent, turn)
+    # are 8 groups of 4, keyed by env.
     env = np.repeat(np.arange(8), 4)
     ids, g = kernels.group_ids(env, np.zeros(32, np.int64), np.zeros(32, np.int64))
     assert g == 8

@@ -9,7 +9,7 @@ the GIL. Every returned array is new and owned by the caller.
 Bad input raises a typed error from `atgrpo.errors`, never a panic: `KernelShapeError` (lengths that
 disagree, a non-1-D array), `KernelArgumentError` (a value out of its domain), `SampleTooLongError`.
 
-Advantage rules (ALGORITHM.md step 4), for group g over its *finite* rewards:
+Advantage rules (python/atgrpo/ALGORITHM.md, step 4), for group g over its *finite* rewards:
 `A = (r - mean_g) / (std_g + eps)`, in float64, where
 - non-finite rewards (NaN, +-inf) are left out of mean/std, get A = 0 and are counted;
 - a singleton group (one finite reward) gets A = 0: there is no baseline to compare with;
@@ -150,7 +150,7 @@ def compute_advantages(
 
 
 def mix_rewards(team: npt.ArrayLike, local: npt.ArrayLike, alpha: float = 1.0) -> Float64Array:
-    """`alpha * team + local`, each [n] (ALGORITHM.md step 3; the paper uses alpha = 1).
+    """`alpha * team + local`, each [n] (python/atgrpo/ALGORITHM.md, step 3; the paper uses alpha = 1).
 
     alpha must be finite (`KernelArgumentError`); non-finite rewards pass through, and the advantage
     kernel then counts and neutralises them.

@@ -117,6 +117,23 @@ class EnvResult(msgspec.Struct, array_like=True):
     episode_return: float
 
 
+class UnitTimings(msgspec.Struct, array_like=True):
+    """Seconds an actor spent on one unit, by activity. Workflow (generate, env) and actor (sync, idle)
+    -> hub, inside the unit's `last` `SampleBatch`; the hub sums them over a step's units."""
+
+    generate_s: float = 0.0
+    """In the engines' `generate`."""
+    env_s: float = 0.0
+    """Stepping, rendering and forking envs, and running programs in the sandbox."""
+    sync_s: float = 0.0
+    """Fetching and loading the weights the unit names."""
+    idle_s: float = 0.0
+    """Waiting for work since the previous unit."""
+
+    def __add__(self, other: "UnitTimings") -> "UnitTimings":
+        return UnitTimings(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
+
+
 class SampleBatch(msgspec.Struct, tag="samples"):
     """Actor -> hub: finished groups of a unit, streamed as they complete.
 
@@ -130,8 +147,8 @@ class SampleBatch(msgspec.Struct, tag="samples"):
     last: bool
     env_results: list[EnvResult] = []
     """With `last`: one row per env of the unit (success, return) for rollout metrics."""
-    timings: dict[str, float] = {}
-    """With `last`: seconds spent in generate / env / weight sync while doing the unit."""
+    timings: UnitTimings = msgspec.field(default_factory=UnitTimings)
+    """With `last`: where the unit's time went."""
 
 
 class SampleAck(msgspec.Struct, tag="ack"):
@@ -172,3 +189,76 @@ class WeightsHeader(msgspec.Struct, tag="weights"):
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
     WeightsRequest | WeightsHeader
 )
+
+
+# -- learner -> launcher ----------------------------------------------------------------------------
+# The learner writes these on its stdout, one JSON object per line (its logs go to stderr); the
+# `atgrpo-train` launcher reads them instead of scraping log text.
+
+
+class EvalSummary(msgspec.Struct, tag="evaluated"):
+    """Learner -> launcher: one greedy evaluation on the held-out levels."""
+
+    label: str
+    """"start", "step N" or "end"."""
+    step: int
+    success: float
+    """Mean success over the levels (NaN when there were none)."""
+    episode_return: float
+    levels: int
+    wall_s: float
+
+    def metrics(self) -> dict[str, float]:
+        return {"eval/success": self.success, "eval/return": self.episode_return, "eval/levels": float(self.levels),
+                "time/eval_s": self.wall_s}
+
+
+class RunSummary(msgspec.Struct, tag="finished"):
+    """Learner -> launcher, last event of a run; also written to `out_dir/eval.json`."""
+
+    steps: int
+    """Training steps done (over every session of a resumed run)."""
+    eval_start: float | None
+    """Held-out success before the first training step."""
+    eval_end: float | None
+    improvement_points: float | None
+    """100 * (eval_end - eval_start), rounded to 0.1."""
+    learning_curve: str = ""
+
+
+class HubReady(msgspec.Struct, tag="hub_ready"):
+    """Learner -> launcher: actors can connect to `address` now."""
+
+    address: str
+
+
+class WarmStartProgress(msgspec.Struct, tag="warm_start"):
+    """Learner -> launcher: supervised warm start of `policy` before RL."""
+
+    policy: str
+    step: int
+    steps: int
+    loss: float
+
+
+class Resumed(msgspec.Struct, tag="resumed"):
+    """Learner -> launcher: continuing from `checkpoint` at `step`."""
+
+    checkpoint: str
+    step: int
+
+
+class Stopping(msgspec.Struct, tag="stopping"):
+    """Learner -> launcher: training stops early at `step` (signal or time limit)."""
+
+    step: int
+    reason: str
+
+
+class Failed(msgspec.Struct, tag="failed"):
+    """Learner -> launcher: the learner is exiting with an error (its traceback is in its log)."""
+
+    error: str
+
+
+LearnerEvent = HubReady | WarmStartProgress | Resumed | EvalSummary | Stopping | Failed | RunSummary

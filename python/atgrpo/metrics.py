@@ -11,11 +11,6 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-
-ROLLOUT_TIMINGS = ("generate_s", "env_s", "sync_s", "idle_s")
 
 
 class MetricsWriter:
@@ -49,31 +44,6 @@ class MetricsWriter:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
-
-
-def step_metrics(data: Any) -> dict[str, float]:
-    """Rollout metrics of a finished step (`hub.StepData`)."""
-    if data is None:
-        return {}
-    out: dict[str, float] = {"time/step_collect_s": data.wall_s}
-    if data.samples:
-        reward = np.array([s.reward for s in data.samples])
-        out["rollout/reward_mean"] = float(reward.mean())
-        out["rollout/reward_team_mean"] = float(np.mean([s.reward_team for s in data.samples]))
-        out["rollout/reward_local_mean"] = float(np.mean([s.reward_local for s in data.samples]))
-        out["rollout/response_len_mean"] = float(np.mean([len(s.response_ids) for s in data.samples]))
-        out["rollout/truncated_frac"] = float(np.mean([s.truncated_response for s in data.samples]))
-        out["rollout/samples"] = float(len(data.samples))
-        for role in sorted({s.role for s in data.samples}):
-            out[f"rollout/{role}/reward_mean"] = float(np.mean([s.reward for s in data.samples if s.role == role]))
-    if data.envs:
-        out["rollout/success"] = float(np.mean([e.success for e in data.envs]))
-        out["rollout/episode_return"] = float(np.mean([e.episode_return for e in data.envs]))
-        out["rollout/turns"] = float(np.mean([e.turns for e in data.envs]))
-    for k in ROLLOUT_TIMINGS:
-        if k in data.timings:
-            out[f"time/actor_{k}"] = float(data.timings[k])
-    return out
 
 
 def read_metrics(path: Path) -> list[dict[str, float]]:

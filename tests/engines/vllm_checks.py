@@ -19,7 +19,7 @@ from atgrpo.engines.base import SamplingParams
 from atgrpo.engines.factory import open_engine
 from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
 from atgrpo.models.folder import load_model, model_facts
-from atgrpo.workflows.rollout import encode_prompt
+from atgrpo.workflows.prompts import encode_prompt
 
 T = 0.7
 

@@ -1,4 +1,5 @@
-"""Train and eval levels never overlap (ALGORITHM.md defect 5), proven on 10,000 seeds per task.
+"""Train and eval levels never overlap (python/atgrpo/ALGORITHM.md, rule "Disjoint splits"), proven on 10,000
+seeds per task.
 
 Levels are compared by their full snapshot (walls, targets, givens, start state), not by seed.
 """

@@ -1,7 +1,8 @@
 """Sudoku: the pure-Python reference's rules, and the Rust pool (through `atgrpo.EnvPool`) against it.
 
-Covers ALGORITHM.md defect 4 (a valid board that contradicts a given is never solved; every puzzle has
-exactly one solution) and defect 5 (the turn limit is never success; train and eval never overlap).
+Covers these rules of python/atgrpo/ALGORITHM.md: "Sudoku givens are binding" (a valid board that contradicts a
+given is never solved; every puzzle has exactly one solution), "Truncation is failure" (the turn limit
+is never success) and "Disjoint splits" (train and eval never overlap).
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def test_rewards_of_grids() -> None:
 
 
 def test_valid_board_contradicting_givens_is_never_solved() -> None:
-    """ALGORITHM.md defect 4."""
+    """python/atgrpo/ALGORITHM.md, rule "Sudoku givens are binding"."""
     for size in (4, 9):
         s = gen(size, 1)
         relabelled = [{1: 2, 2: 1}.get(d, d) for d in s.solution]
@@ -255,7 +256,7 @@ def test_solve_answer_solves_from_any_state() -> None:
 
 
 def test_turn_limit_is_a_failure_never_success() -> None:
-    """ALGORITHM.md defect 5, on the reference's episode bookkeeping."""
+    """Rules "Truncation is failure" and "Disjoint splits", on the reference's episode bookkeeping."""
     ep = make_episode("sudoku", {"max_steps": 2}, 9)
     assert ep.step(as_utf8("#### (1,1,1)")).done is False
     rec = ep.step(as_utf8("#### (1,1,1)"))

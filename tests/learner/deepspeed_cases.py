@@ -3,15 +3,15 @@ backend settings and a weights checksum, so the test process and every rank use 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from atgrpo.learner.batching import MicroBatch, make_microbatches
-from atgrpo.learner.loss import LossConfig, token_logprobs
+from atgrpo.learner.batching import MicroBatch, build_microbatches
+from atgrpo.learner.logprobs import token_logprobs
+from atgrpo.learner.loss import LossConfig
 from atgrpo.messages import GroupKey, Sample
 from atgrpo.models.folder import load_model
 from atgrpo.models.tiny import TinyModelSpec, build_tiny_model
@@ -38,7 +38,7 @@ def build_model(folder: Path) -> Path:
 def plain_batch(ids: torch.Tensor) -> MicroBatch:
     """Only `input_ids` and `attention_mask` matter (for `token_logprobs`)."""
     ones = torch.ones_like(ids)
-    return MicroBatch(**{f.name: ones for f in dataclasses.fields(MicroBatch) if f.init and f.default is dataclasses.MISSING})
+    return MicroBatch(ids, ones, ones.bool(), ones.float(), ones.float(), ones.float())
 
 
 def make_steps(model_dir: Path, seed: int = 0) -> list[list[MicroBatch]]:
@@ -71,7 +71,7 @@ def make_steps(model_dir: Path, seed: int = 0) -> list[list[MicroBatch]]:
                 )
             # step 2's advantages are larger, so its gradient norm is well above step 1's (choose_grad_clip)
             advantages = (rng.normal(size=len(samples)) * (4.0 if len(steps) == 1 else 1.0)).astype(np.float32)
-            (mb,) = make_microbatches(samples, advantages, max_tokens=64, pad_id=0)
+            (mb,) = build_microbatches(samples, advantages, max_tokens=64, pad_id=0)
             mbs.append(mb)
         steps.append(mbs)
     return steps
@@ -82,7 +82,7 @@ def choose_grad_clip(model_dir: Path, steps: list[list[MicroBatch]]) -> float:
     so step 2's norm is the unclipped one and is clipped. One clipped step and one unclipped make a
     gradient that is off by a constant factor change the weights, not only the reported norm (Adam
     alone is scale-invariant)."""
-    from atgrpo.learner.backend import TorchBackend
+    from atgrpo.learner.backends import TorchBackend
 
     probe = TorchBackend(load_model(model_dir), lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=float("inf"), loss_cfg=LOSS)
     n1, n2 = (probe.train_step(mbs, total_tokens(mbs))["grad_norm"] for mbs in steps[:2])
@@ -94,13 +94,13 @@ def total_tokens(mbs: list[MicroBatch]) -> int:
     return sum(mb.num_tokens for mb in mbs)
 
 
-def to_dicts(mbs: list[MicroBatch]) -> list[dict]:
-    """Plain dicts (tensors and ints) that `torch.load(weights_only=True)` reads back."""
-    return [dataclasses.asdict(mb) for mb in mbs]
+def to_dicts(mbs: list[MicroBatch]) -> list[dict[str, torch.Tensor]]:
+    """The micro-batches' wire form (named tensors), which `torch.load(weights_only=True)` reads back."""
+    return [mb.tensors() for mb in mbs]
 
 
-def from_dicts(ds: list[dict]) -> list[MicroBatch]:
-    return [MicroBatch(**d) for d in ds]
+def from_dicts(ds: list[dict[str, torch.Tensor]]) -> list[MicroBatch]:
+    return [MicroBatch.from_tensors(d) for d in ds]
 
 
 def checksum(weights: dict[str, torch.Tensor]) -> str:

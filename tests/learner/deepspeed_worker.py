@@ -15,7 +15,7 @@ import torch
 
 from deepspeed_cases import EXTRA_CONFIG, LOSS, LR, SHARES, WEIGHT_DECAY, checksum, from_dicts
 
-from atgrpo.learner.deepspeed_backend import DeepSpeedBackend
+from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 from atgrpo.learner.distributed import get_rank, get_world_size, init_distributed_from_env
 from atgrpo.models.folder import load_model
 

@@ -25,7 +25,7 @@ from deepspeed_cases import (
     total_tokens,
 )
 
-from atgrpo.learner.backend import TorchBackend
+from atgrpo.learner.backends import TorchBackend
 from atgrpo.learner.distributed import ENV_KEYS, free_port
 from atgrpo.models.folder import load_model
 
@@ -73,7 +73,7 @@ def world_of_one():
 
 
 def ds_backend(model_dir: Path, stage: int, grad_clip: float, loss_cfg=LOSS):
-    from atgrpo.learner.deepspeed_backend import DeepSpeedBackend
+    from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
     return DeepSpeedBackend(
         load_model(model_dir), lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=loss_cfg,
@@ -112,7 +112,7 @@ def assert_weights_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 
 def test_atgrpo_learner_imports_without_deepspeed():
     code = (
-        "import sys, atgrpo.learner.backends, atgrpo.learner.backend, atgrpo.learner.distributed;"
+        "import sys, atgrpo.learner.backends, atgrpo.learner.backends.torch_backend, atgrpo.learner.distributed;"
         "assert 'deepspeed' not in sys.modules, 'deepspeed imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -176,7 +176,7 @@ def test_checkpoint_resume_is_exact(world_of_one, model_dir, steps, grad_clip, t
 def test_make_backend_follows_train_section(world_of_one, model_dir):
     from atgrpo.config import TrainSection
     from atgrpo.learner.backends import make_backend
-    from atgrpo.learner.deepspeed_backend import DeepSpeedBackend
+    from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
     torch_b = make_backend(load_model(model_dir), TrainSection(backend="torch"), LR, WEIGHT_DECAY, LOSS)
     ds_b = make_backend(load_model(model_dir), TrainSection(backend="deepspeed", zero_stage=2), LR, WEIGHT_DECAY, LOSS)
@@ -267,15 +267,14 @@ def test_shared_prefix_batches_under_zero(world_of_one, model_dir, stage):
     import numpy as np
     from test_shared_prefix import make_samples
 
-    from atgrpo.learner.batching import make_microbatches
-    from atgrpo.learner.shared_prefix import make_prefix_microbatches
+    from atgrpo.learner.batching import build_microbatches
 
     samples = make_samples(7)
     adv = np.random.default_rng(7).normal(size=len(samples))
     total = sum(len(s.response_ids) for s in samples)
     ref, ds = torch_backend(model_dir, 1.0), ds_backend(model_dir, stage, 1.0)
     for _ in range(2):
-        want = ref.train_step(make_microbatches(samples, adv, max_tokens=64, pad_id=0), total)
-        got = ds.train_step(make_prefix_microbatches(samples, adv, max_tokens=64, pad_id=0), total)
+        want = ref.train_step(build_microbatches(samples, adv, max_tokens=64, pad_id=0), total)
+        got = ds.train_step(build_microbatches(samples, adv, max_tokens=64, pad_id=0, share_prefix=True), total)
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
         assert_weights_close(ds.export_weights(), snapshot(ref))

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from atgrpo.config import TinyModelSpec, load_config
-from atgrpo.learner.trainer import prepare_models
+from atgrpo.warmstart.prepare import prepare_models
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 
@@ -31,7 +31,7 @@ def test_a_path_model_is_warm_started_as_a_copy(tmp_path):
     cfg = load_config(None, sets)
     folder = policy_dir(cfg, "shared")
     assert folder == tmp_path / "run" / "models" / "shared"
-    prepare_models(cfg, log_fn=lambda m: None)
+    prepare_models(cfg)
     trained = weights(folder)
     assert trained.keys() == original.keys()
     assert any(not torch.equal(trained[k], original[k]) for k in original)
@@ -39,7 +39,7 @@ def test_a_path_model_is_warm_started_as_a_copy(tmp_path):
     assert (folder / "tokenizer.json").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in source.iterdir()} == before  # source untouched
     assert all(torch.equal(weights(source)[k], original[k]) for k in original)
-    prepare_models(cfg, log_fn=lambda m: None)  # prepared once: a second call keeps it
+    prepare_models(cfg)  # prepared once: a second call keeps it
     assert all(torch.equal(weights(folder)[k], trained[k]) for k in trained)
 
 
@@ -48,5 +48,5 @@ def test_without_pretrained_a_path_model_is_used_in_place(tmp_path):
     cfg = load_config(None, [f"policies.shared.path={json.dumps(str(source))}",
                              f"run.out_dir={json.dumps(str(tmp_path / 'run'))}"])
     assert policy_dir(cfg, "shared") == source
-    prepare_models(cfg, log_fn=lambda m: None)
+    prepare_models(cfg)
     assert not (tmp_path / "run" / "models").exists()

@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from atgrpo.actor import runner
+from atgrpo.actor import actor as actor_module
 from atgrpo.cli import actor as actor_cli
 
 
 def freeze_in_first_unit(marker: Path) -> None:
-    original = runner.Actor._stream
+    original = actor_module.Actor._stream
 
     def stream(self, unit, samples, last, **extra):
         original(self, unit, samples, last, **extra)
@@ -29,7 +29,7 @@ def freeze_in_first_unit(marker: Path) -> None:
             while True:  # holds the lease, its staged samples on the hub, until SIGKILL
                 time.sleep(60)
 
-    runner.Actor._stream = stream
+    actor_module.Actor._stream = stream
 
 
 def main() -> int:

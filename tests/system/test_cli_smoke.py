@@ -5,6 +5,7 @@ checkpoint, the final evaluation, and no learner or actor process left behind)."
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -70,11 +71,13 @@ def test_bad_config_fails_fast_with_the_key(tmp_path: Path) -> None:
 def test_tiny_run_writes_everything(reference_run: Run) -> None:
     out = reference_run.out_dir
     assert reference_run.returncode == 0
-    for name in ("metrics.jsonl", "eval.json", "learning_curve.png", "checkpoints/latest", "logs/learner.log",
+    for name in ("metrics.jsonl", "eval.json", "learning_curve.png", "config.toml", "logs/learner.log",
                  "logs/actor0.log"):
         assert (out / name).is_file(), name
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (out / "checkpoints/latest").read_text().strip() == f"step_{REFERENCE_STEPS:06d}"
+    # `latest` is a link to the newest checkpoint, so its model folder is a path tools can open.
+    assert os.readlink(out / "checkpoints/latest") == f"step_{REFERENCE_STEPS:06d}"
+    assert (out / "checkpoints/latest/shared/model/config.json").is_file()
     assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_000002", "step_000004"]
     summary = json.loads((out / "eval.json").read_text())
     assert summary["steps"] == REFERENCE_STEPS
@@ -127,7 +130,7 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     strays = [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not strays, strays
 
-    latest = (out / "checkpoints/latest").read_text().strip()
+    latest = os.readlink(out / "checkpoints/latest")
     stopped_at = int(latest.removeprefix("step_"))
     assert 1 <= stopped_at < steps
     state = json.loads((out / "checkpoints" / latest / "state.json").read_text())

@@ -24,6 +24,7 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     EnvResult,
     GroupKey,
+    UnitTimings,
     Hello,
     Message,
     NoWork,
@@ -115,7 +116,7 @@ def finish(client: ActorClient, unit: WorkUnit, tag: int) -> SampleAck:
     acks = [client.request(SampleBatch(client.actor_id, unit.unit_id, samples[:K], last=False))]
     acks.append(client.request(SampleBatch(client.actor_id, unit.unit_id, samples[K:], last=False)))
     acks.append(client.request(SampleBatch(client.actor_id, unit.unit_id, [], last=True,
-                                           env_results=env_results(unit), timings={"generate_s": 0.5})))
+                                           env_results=env_results(unit), timings=UnitTimings(generate_s=0.5))))
     assert all(isinstance(a, SampleAck) and a.rejected == 0 for a in acks), acks
     return acks[-1]
 

@@ -48,10 +48,13 @@ def test_the_run_check_comes_first() -> None:
     assert ledger.reason_to_reject(sample(7, policy="nobody")) == "unknown_policy"
 
 
-def test_bump_moves_the_window() -> None:
+def test_a_new_version_moves_the_window() -> None:
     ledger = VersionLedger(RUN, {"shared": 0})
     assert ledger.admit([sample(0)]) == [sample(0)]
-    assert ledger.bump("shared") == 1
+    ledger.set_version("shared", 1)
+    assert ledger.versions == {"shared": 1}
+    with pytest.raises(ValueError, match="older"):
+        ledger.set_version("shared", 0)
     assert ledger.admit([sample(0)]) == []  # what was current is now stale
     assert ledger.admit([sample(1)]) == [sample(1)]
     assert dict(ledger.rejected) == {"stale": 1}

@@ -26,7 +26,7 @@ from atgrpo.engines.base import SamplingParams
 from atgrpo.engines.factory import open_engine
 from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
 from atgrpo.models.folder import load_model
-from atgrpo.workflows.rollout import encode_prompt
+from atgrpo.workflows.prompts import encode_prompt
 
 RUN_S = 280.0
 MISMATCH_MAX = 1e-3
@@ -111,14 +111,13 @@ def test_one_step_of_code_and_math_with_the_real_model(task: str, smollm2: Path)
     """One training step in this process: the workflow with the real model (torch engine), its
     programs in the sandbox and (math) its answers through the verifier, then the learner's update.
     Truncated answers are passed on as they are, so programs are run even when cut off."""
-    from atgrpo.learner.backend import TorchBackend
-    from atgrpo.learner.batching import loss_normalizer
+    from atgrpo.learner.backends import TorchBackend
+    from atgrpo.learner.batching import build_microbatches, loss_normalizer
     from atgrpo.learner.loss import LossConfig
-    from atgrpo.learner.shared_prefix import microbatch_builder
-    from atgrpo.learner.trainer import compute_advantages
+    from atgrpo.learner.advantages import step_advantages
     from atgrpo.messages import WorkUnit
     from atgrpo.workflows.factory import make_workflow
-    from atgrpo.workflows.games import PolicyHandle
+    from atgrpo.workflows.base import PolicyHandle
 
     cfg = load_config(None, [f'task.task="{task}"', 'task.prompts="paper"', "task.turns=1", "rollout.k=2",
                              "rollout.max_new_tokens=48", "rollout.truncated_is_invalid=false",
@@ -141,10 +140,10 @@ def test_one_step_of_code_and_math_with_the_real_model(task: str, smollm2: Path)
     assert sandbox.calls > 0
     if task == "math":
         assert verifier.calls > 0
-    adv, _, _ = compute_advantages(samples, cfg.rollout.grouping)
+    adv = step_advantages(samples, cfg.rollout.grouping).values
     loss_cfg = LossConfig(temperature=cfg.rollout.temperature, entropy_coef=0.01)
     backend = TorchBackend(load_model(smollm2), lr=1e-4, weight_decay=0.0, grad_clip=1.0, loss_cfg=loss_cfg)
-    mbs = microbatch_builder(True)(samples, adv, max_tokens=8192, pad_id=2)
+    mbs = build_microbatches(samples, adv, max_tokens=8192, pad_id=2, share_prefix=True)
     metrics = backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
     assert metrics["logprob_mismatch"] <= MISMATCH_MAX and metrics["grad_norm"] > 0
 

@@ -73,12 +73,13 @@ def two_policy_config(out: Path, *extra: str):
 
 def first_prompt_tokens(mb) -> list[int]:
     """Each row's first prompt token, in either micro-batch layout (prompts here have no padding)."""
-    return (mb.input_ids[:, 0] if mb.prefix_ids is None else mb.prefix_ids[mb.row_prefix, 0]).tolist()
+    return (mb.input_ids[:, 0] if mb.prefix is None else mb.prefix.ids[mb.prefix.row, 0]).tolist()
 
 
 @pytest.mark.parametrize("share_prefix", [True, False])
 def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_prefix: bool) -> None:
-    from atgrpo.learner.hub import StepData
+    from atgrpo.learner.advantages import step_advantages
+    from atgrpo.learner.packing import plan_step
     from atgrpo.learner.trainer import Trainer
     from atgrpo.models.tiny import build_tiny_model
     from atgrpo.paths import policy_dir
@@ -86,7 +87,7 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_pref
     cfg = two_policy_config(tmp_path, f"train.share_prefix={str(share_prefix).lower()}")
     for p in ROLES:
         build_tiny_model(cfg.policies[p].tiny, policy_dir(cfg, p))
-    trainer = Trainer(cfg, hub=None)
+    trainer = Trainer(cfg)
     seen: dict[str, list] = {p: [] for p in ROLES}
     for p, backend in trainer.backends.items():
         real = backend.train_step
@@ -104,7 +105,13 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_pref
         for env in range(3) for turn in range(2) for agent, role in enumerate(ROLES) for b in range(2)
         for n in [int(rng.integers(1, 6))]
     ]
-    trainer.train_on(StepData(0, samples, [], {}, 0.0))
+    tr = cfg.train
+    (plan,) = plan_step(
+        samples, step_advantages(samples, cfg.rollout.grouping).values, policies=ROLES, pad_ids=trainer.pad_ids,
+        world=1, minibatches=tr.minibatches, max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation,
+        share_prefix=tr.share_prefix,
+    )
+    trainer.train(plan)
     assert trainer.versions == {"tool": 1, "plan": 1}
     for p in ROLES:
         ((firsts, total_tokens),) = seen[p]
@@ -112,26 +119,25 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_pref
         assert rows and set(rows) == {first[p]}, f"{p} trained on another role's samples"
         assert len(rows) == sum(s.role == p for s in samples)
         assert total_tokens == sum(len(s.response_ids) for s in samples if s.role == p)
-    trainer.metrics.close()
 
 
 def test_each_policy_is_warm_started_on_its_own_roles_prompts(tmp_path: Path, monkeypatch) -> None:
     """The plan policy must see the tool section in its demos (as it will in every rollout), and
     neither policy learns the other role's answers."""
-    import atgrpo.learner.warmstart as warmstart
-    from atgrpo.learner.trainer import prepare_models
+    import atgrpo.warmstart.demos as demos
+    from atgrpo.warmstart.prepare import prepare_models
     from atgrpo.models.folder import load_tokenizer
 
     made: list[list[tuple[list[int], list[int]]]] = []
-    real = warmstart.make_demos
+    real = demos.make_demos
 
     def record(*args, **kwargs):
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(warmstart, "make_demos", record)
+    monkeypatch.setattr(demos, "make_demos", record)
     cfg = two_policy_config(tmp_path, "warmstart.steps=1", "warmstart.batch_size=8", "warmstart.tool_noise=0.0")
-    prepare_models(cfg, log_fn=lambda m: None)
+    prepare_models(cfg)
     assert len(made) == 2  # one warm-start step per policy, in sorted order: plan, tool
     tok = load_tokenizer(tmp_path / "models" / "plan")
     plan_prompts = [tok.decode(p) for p, _ in made[0]]

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from atgrpo.actor.runner import Actor
+from atgrpo.actor.actor import Actor
 from atgrpo.config import load_config
 from atgrpo.learner.hub import Hub
 from atgrpo.learner.ledger import VersionLedger

@@ -12,6 +12,7 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     EnvResult,
     GroupKey,
+    UnitTimings,
     Hello,
     Message,
     NoWork,
@@ -58,7 +59,7 @@ EVERY_MESSAGE: list[Message] = [
     Shutdown(reason="done"),
     SampleBatch(
         actor_id="actor-0", unit_id=9, samples=[sample(0), sample(1)], last=True,
-        env_results=[EnvResult(env=48, success=True, turns=3, episode_return=2.5)], timings={"generate": 1.5},
+        env_results=[EnvResult(env=48, success=True, turns=3, episode_return=2.5)], timings=UnitTimings(generate_s=1.5, sync_s=0.25),
     ),
     SampleAck(unit_id=9, accepted=2, rejected=0),
     WeightsRequest(actor_id="actor-0", policy="a", version=-1),

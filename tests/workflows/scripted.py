@@ -42,7 +42,7 @@ def run_scripted(wf, answer, seeds, offset: int = 0, greedy: bool = False):
     """One training (or greedy) unit of `wf` on `seeds` with a `ScriptedEngine(answer)` as the shared
     policy; closes the workflow. Returns (UnitResult, engine)."""
     from atgrpo.messages import WorkUnit
-    from atgrpo.workflows.games import PolicyHandle
+    from atgrpo.workflows.base import PolicyHandle
 
     eng = ScriptedEngine(answer)
     unit = WorkUnit(0, 0, list(seeds), offset, "train", {"shared": 0}, greedy=greedy)
@@ -51,3 +51,11 @@ def run_scripted(wf, answer, seeds, offset: int = 0, greedy: bool = False):
     finally:
         wf.close()
     return result, eng
+
+
+def grouped_advantages(samples, grouping: str):
+    """(advantages [n], group stats, number of groups) of `samples` as the learner computes them."""
+    from atgrpo.learner.advantages import step_advantages
+
+    adv = step_advantages(samples, grouping)
+    return adv.values, adv.stats, adv.num_groups

@@ -1,4 +1,4 @@
-"""The code workflow (coder + tester) against ALGORITHM.md, with scripted engines and the real sandbox."""
+"""The code workflow (coder + tester) against python/atgrpo/ALGORITHM.md, with scripted engines and the real sandbox."""
 
 from __future__ import annotations
 
@@ -6,18 +6,11 @@ import pytest
 
 from atgrpo.config import load_config
 from atgrpo.data import load_code_problems
-from atgrpo.learner.trainer import compute_advantages
-from atgrpo.workflows.code import (
-    CodeWorkflow,
-    compiles,
-    extract_code,
-    parse_assert_tests,
-    parse_io_tests,
-    solution_code,
-)
+from atgrpo.workflows.code import CodeWorkflow, parse_assert_tests, parse_io_tests, solution_code
+from atgrpo.workflows.programs import compiles, extract_code
 from atgrpo.workflows.prompts import envs_dir
 
-from scripted import run_scripted
+from scripted import grouped_advantages, run_scripted
 
 SUM_EVENS = 0  # fn-sum-evens (function style)
 RANGE = 7  # io-range (stdio)
@@ -112,7 +105,7 @@ def test_stdio_problem_and_group_keys_use_the_envs_own_index():
 
     result, _ = run(wf, answer, seeds=(RANGE, SUM_EVENS), offset=10)
     assert {s.key.env for s in result.samples} == {10, 11}
-    _, stats, groups = compute_advantages(result.samples, "agent_turn")
+    _, stats, groups = grouped_advantages(result.samples, "agent_turn")
     assert set(stats.size.tolist()) == {4}
     assert groups == len({(s.key.env, s.key.agent, s.key.turn) for s in result.samples})
     io = sorted((s for s in result.samples if s.key.env == 10 and s.role == "coder"), key=lambda s: s.branch)

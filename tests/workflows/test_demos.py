@@ -7,7 +7,7 @@ import pytest
 from atgrpo.config import load_config
 from atgrpo.envs.reference.parse import parse_moves
 from atgrpo.models.tokenizer import build_char_tokenizer
-from atgrpo.workflows.demos import first_moves, make_demos
+from atgrpo.warmstart.demos import first_moves, make_demos
 from atgrpo.workflows.games import GameWorkflow
 
 

@@ -1,4 +1,4 @@
-"""The games workflow against ALGORITHM.md, with scripted engines. Each defect test names its defect."""
+"""The games workflow against python/atgrpo/ALGORITHM.md, with scripted engines. Each rule test names its rule."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from atgrpo.config import load_config
 from atgrpo.envs import EnvPool
 from atgrpo.engines.base import SamplingParams
-from atgrpo.learner.trainer import compute_advantages
 from atgrpo.messages import WorkUnit
-from atgrpo.workflows.games import GameWorkflow, PolicyHandle
+from atgrpo.workflows.base import PolicyHandle
+from atgrpo.workflows.games import GameWorkflow
 
-from scripted import ScriptedEngine
+from scripted import ScriptedEngine, grouped_advantages
 
 ENV = "task.env={width=6,height=6,obstacle_ratio=0.2,min_distance=3}"
 BRANCH_ANSWERS = ["[U]", "[D]", "[L]", "[R]"]
@@ -39,7 +39,7 @@ def obs_of(prompt: str) -> str:
     return "\n".join(prompt.splitlines()[:6])
 
 
-def test_defect1_chosen_branch_state_is_carried_forward():
+def test_carry_the_branch_chosen_branch_state_is_carried_forward():
     """The state the next turn sees is the state the chosen candidate produced (not a stale copy)."""
     wf = workflow('task.roles=["plan"]')
     result, eng = run(wf, per_branch, seeds=(5,))
@@ -54,7 +54,7 @@ def test_defect1_chosen_branch_state_is_carried_forward():
     assert first[best].success == bool(expected.success[0])
 
 
-def test_defect1_rewards_and_done_come_from_the_stepped_branches():
+def test_carry_the_branch_rewards_and_done_come_from_the_stepped_branches():
     wf = workflow('task.roles=["plan"]')
     result, _ = run(wf, per_branch, seeds=(7,))
     replay = EnvPool("planpath", 4, **wf.env_config)
@@ -64,18 +64,18 @@ def test_defect1_rewards_and_done_come_from_the_stepped_branches():
     assert [s.reward for s in first] == pytest.approx(list(res.reward))
 
 
-def test_defect2_group_key_uses_the_envs_own_index():
+def test_per_environment_groups_group_key_uses_the_envs_own_index():
     wf = workflow()
     result, _ = run(wf, per_branch, seeds=(0, 1, 2, 3), offset=8)
     envs = {s.key.env for s in result.samples}
     assert envs == {8, 9, 10, 11}
-    _, stats, groups = compute_advantages(result.samples, "agent_turn")
+    _, stats, groups = grouped_advantages(result.samples, "agent_turn")
     assert set(stats.size.tolist()) == {4}  # every group is one env's K branches, never two envs
     keys = {(s.key.env, s.key.agent, s.key.turn) for s in result.samples}
     assert groups == len(keys)
 
 
-def test_defect3_plan_agent_sees_the_chosen_tool_answer_and_its_candidates_differ():
+def test_later_agents_see_the_chosen_action_plan_agent_sees_the_chosen_tool_answer_and_its_candidates_differ():
     def answer(text: str, i: int) -> str:
         if text.endswith("T:"):  # tool prompt
             return ["[U,U]", "[D,D]", "[L,L]", "[R,R]"][i % 4]
@@ -92,7 +92,7 @@ def test_defect3_plan_agent_sees_the_chosen_tool_answer_and_its_candidates_diffe
     assert all(s.key.agent == 1 for s in plan) and all(s.key.agent == 0 for s in tool)
 
 
-def test_defect5_turn_limit_is_a_failure():
+def test_truncation_is_failure_turn_limit_is_a_failure():
     wf = workflow('task.roles=["plan"]', "task.turns=2")
     result, eng = run(wf, lambda t, i: "[U]" if i % 2 else "[D]", seeds=(0, 1))
     assert not any(e.success for e in result.envs)
@@ -100,7 +100,7 @@ def test_defect5_turn_limit_is_a_failure():
     assert len(eng.calls) <= 2
 
 
-def test_defect7_alpha_scales_the_team_reward():
+def test_explicit_alpha_alpha_scales_the_team_reward():
     for alpha in (0.0, 1.0, 2.5):
         wf = workflow('task.roles=["plan"]', f"task.env={{width=6,height=6,min_distance=3,alpha={alpha}}}")
         result, _ = run(wf, lambda t, i: "[U,U,L,L,D,D,R,R,U,U,U,L,L,L,D,D,D,D,R,R]", seeds=range(6))
@@ -108,10 +108,10 @@ def test_defect7_alpha_scales_the_team_reward():
             assert s.reward == pytest.approx(alpha * s.reward_team + s.reward_local)
 
 
-def test_defect7_singleton_groups_get_zero_advantage():
+def test_defined_small_groups_singleton_groups_get_zero_advantage():
     wf = workflow('task.roles=["plan"]', "rollout.k=1")
     result, _ = run(wf, per_branch, seeds=(0, 1))
-    adv, stats, _ = compute_advantages(result.samples, "agent_turn")
+    adv, stats, _ = grouped_advantages(result.samples, "agent_turn")
     assert np.all(adv == 0) and stats.num_singleton == len({(s.key.env, s.key.turn) for s in result.samples})
 
 
@@ -130,7 +130,7 @@ def test_trajectory_grouping_uses_episode_returns_once_per_branch():
     for s in result.samples:
         assert (s.key.agent, s.key.turn) == (0, 0)
         assert s.reward == returns[(s.key.env, s.branch)]
-    adv, stats, groups = compute_advantages(result.samples, "trajectory")
+    adv, stats, groups = grouped_advantages(result.samples, "trajectory")
     assert groups == 2 and set(stats.size.tolist()) == {4}  # K episodes per env, each counted once
     for s, a in zip(result.samples, adv):
         env_returns = [r for (e, _), r in returns.items() if e == s.key.env]

@@ -1,4 +1,4 @@
-"""The math workflow (tool agent + reasoner) against ALGORITHM.md, with scripted engines, the real
+"""The math workflow (tool agent + reasoner) against python/atgrpo/ALGORITHM.md, with scripted engines, the real
 sandbox and the verifier (integer answers, so the exact-number fast path decides them)."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from atgrpo.config import load_config
-from atgrpo.learner.trainer import compute_advantages
 from atgrpo.workflows.math import MathWorkflow, program_answer
 
-from scripted import run_scripted
+from scripted import grouped_advantages, run_scripted
 
 MUFFINS = 0  # m01, answer 6
 TRAIN = 1  # m02, answer 72
@@ -78,7 +77,7 @@ def test_single_agent_reasoner_is_single_turn():
     result, eng = run(wf, lambda t, i: [REASON_RIGHT, REASON_WRONG][i % 2], seeds=(MUFFINS, TRAIN), offset=3)
     assert len(eng.calls) == 1
     assert {s.key.env for s in result.samples} == {3, 4}
-    _, stats, groups = compute_advantages(result.samples, "agent_turn")
+    _, stats, groups = grouped_advantages(result.samples, "agent_turn")
     assert set(stats.size.tolist()) == {4} and groups == 2
     assert [e.success for e in result.envs] == [True, False]
 

@@ -12,7 +12,8 @@ from atgrpo.config import load_config
 from atgrpo.engines.base import SamplingParams
 from atgrpo.envs import EnvPool
 from atgrpo.messages import WorkUnit
-from atgrpo.workflows.games import GameWorkflow, PolicyHandle
+from atgrpo.workflows.base import PolicyHandle
+from atgrpo.workflows.games import GameWorkflow
 
 from scripted import ScriptedEngine
 

@@ -2,8 +2,8 @@
 
 Runs `atgrpo-train` (one learner and one actor, separate processes over ipc) for a few steps from the
 default config with a short warm start, reads the per-step split from its metrics.jsonl, and then
-runs the same steps in one process with no transport (workflow and learner called directly on the
-same model folder) as the reference. ratio = in-process step time / system step time: 1.0 means the
+runs the same steps with `atgrpo.reference_step` (one process, no transport, the same parts) on the
+same model folder as the reference. ratio = in-process step time / system step time: 1.0 means the
 process split and ZeroMQ cost nothing; below 1 is their overhead.
 """
 
@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow
@@ -46,42 +45,15 @@ def _system_run(out: Path, steps: int, quick: bool) -> list[dict]:
 
 
 def _in_process(out: Path, steps: int, quick: bool) -> list[float]:
-    import torch
+    """Step times of the same steps run by the reference step (one process, no transport), on the
+    model folder the system run prepared."""
+    from atgrpo.reference_step import open_reference
 
-    from atgrpo.engines.base import SamplingParams
-    from atgrpo.engines.factory import open_engine
-    from atgrpo.learner.backend import TorchBackend
-    from atgrpo.learner.batching import loss_normalizer
-    from atgrpo.learner.loss import LossConfig
-    from atgrpo.learner.shared_prefix import microbatch_builder
-    from atgrpo.learner.trainer import compute_advantages, step_seeds
-    from atgrpo.messages import WorkUnit
-    from atgrpo.models.folder import load_model, load_tokenizer
-    from atgrpo.workflows.games import GameWorkflow, PolicyHandle
-
-    cfg = load_config(None, _overrides(out, steps, quick))
-    torch.set_num_threads(cfg.launch.learner_threads or os.cpu_count() or 1)  # every core, as the system's learner
-    folder = out / "models" / "shared"
-    tok = load_tokenizer(folder)
-    backend = TorchBackend(load_model(folder), lr=cfg.policies["shared"].lr, weight_decay=0.01, grad_clip=1.0, loss_cfg=LossConfig())
-    engine, _ = open_engine(folder, cfg.rollout, policy="shared")
-    wf = GameWorkflow(cfg)
-    ro = cfg.rollout
-    params = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p)
-    times = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        seeds = step_seeds(cfg, step)
-        samples = []
-        for lo in range(0, len(seeds), ro.envs_per_unit):
-            unit = WorkUnit(lo, step, seeds[lo : lo + ro.envs_per_unit], lo, "train", {"shared": engine.version})
-            samples += wf.run(unit, {"shared": PolicyHandle(engine, tok)}, params, run_id=cfg.run.name, seed=step).samples
-        adv, _, _ = compute_advantages(samples, ro.grouping)
-        mbs = microbatch_builder(cfg.train.share_prefix)(samples, adv, max_tokens=cfg.train.micro_batch_tokens, pad_id=tok.pad_token_id)
-        backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
-        engine.load_weights(step + 1, backend.export_weights())
-        times.append(time.perf_counter() - t0)
-    return times
+    ref = open_reference(load_config(None, _overrides(out, steps, quick)))
+    try:
+        return [ref.step(step).metrics["time/step_s"] for step in range(steps)]
+    finally:
+        ref.close()
 
 
 def run(quick: bool) -> list[BenchRow]:

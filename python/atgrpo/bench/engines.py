@@ -27,7 +27,7 @@ MISMATCH_BOUND = 1e-3
 
 
 def _prompts(tokenizer, n: int) -> list[list[int]]:
-    from atgrpo.workflows.rollout import encode_prompt
+    from atgrpo.workflows.prompts import encode_prompt
 
     topics = ["the sea", "a mountain", "bread", "a clock", "rain", "a library", "trains", "the moon"]
     return [encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)]

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     log = setup_logging("actor")
-    from atgrpo.actor.runner import Actor, ActorError, configure_threads
+    from atgrpo.actor.actor import Actor, ActorError, configure_threads
     from atgrpo.transport.errors import TransportError
 
     configure_threads(cfg.launch.actor_threads)

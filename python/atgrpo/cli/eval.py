@@ -26,11 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from atgrpo.config import GAME_TASKS, RunConfig, load_config
-from atgrpo.models.importer import ModelImportError, resolve_model_path
-
-
-class EvalError(ValueError):
-    """Bad arguments or inputs for an evaluation (reported, exit status 2)."""
+from atgrpo.errors.runtime import EvalError, ModelImportError
+from atgrpo.models.importer import resolve_model_path
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -81,6 +78,7 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
     if args.task and args.task != task["task"]:
         task["task"] = args.task
         task["roles"] = None  # the new task's default roles
+        task["env"] = None  # and its default env parameters
     if args.roles:
         task["roles"] = [r.strip() for r in args.roles.split(",") if r.strip()]
     for key, val in (("dataset", args.dataset), ("eval_dataset", args.dataset), ("dataset_format", args.format),
@@ -140,11 +138,12 @@ def ks_of(spec: str | None, n: int) -> list[int]:
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    from atgrpo.engines.base import SamplingParams
-    from atgrpo.engines.factory import open_engine
-    from atgrpo.messages import WorkUnit
+    from dataclasses import replace
+
+    from atgrpo.engines.factory import open_engine, training_sampling
+    from atgrpo.units import cut_units, roll_out_locally
+    from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
-    from atgrpo.workflows.games import PolicyHandle
 
     cfg, folders = eval_config(args)
     n = args.samples
@@ -167,18 +166,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 pc.path or "", cfg.rollout, policy=name, dtype=args.dtype, version=0, engines_per_process=len(cfg.policies)
             )
             handles[name] = PolicyHandle(engine=engine, tokenizer=tok)
-        ro = cfg.rollout
-        top_p = 1.0 if args.top_p is None else args.top_p
-        sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=top_p, greedy=greedy)
-        correct = [0] * count
+        sampling = replace(training_sampling(cfg.rollout), top_p=1.0 if args.top_p is None else args.top_p)
+        # Problems are envs of one evaluation step, cut into units of --batch as the hub cuts a step.
+        units = cut_units(0, 0, list(range(count)), max(1, args.batch), split="eval", versions={p: 0 for p in handles},
+                          greedy=greedy)
         t0 = time.perf_counter()
-        for lo in range(0, count, max(1, args.batch)):
-            seeds = list(range(lo, min(count, lo + max(1, args.batch))))
-            unit = WorkUnit(0, 0, seeds, lo, "eval", {p: 0 for p in handles}, greedy=greedy)
-            result = wf.run(unit, handles, sampling, run_id="eval", seed=args.seed + lo)
-            for env in result.envs:
-                correct[env.env] += int(env.success)
+        _, envs, _ = roll_out_locally(wf, handles, units, sampling, run_id="eval", run_seed=args.seed)
         wall = time.perf_counter() - t0
+        correct = [0] * count
+        for env in envs:
+            correct[env.env] += int(env.success)
     finally:
         close = getattr(wf, "close", None)
         if close is not None:

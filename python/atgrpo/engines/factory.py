@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from atgrpo.config import RolloutSection
-from atgrpo.engines.base import RolloutEngine
+from atgrpo.engines.base import RolloutEngine, SamplingParams
 from atgrpo.models.folder import load_model, load_tokenizer, model_facts
 
 
@@ -41,4 +41,9 @@ def open_engine(
     return engine, tokenizer
 
 
-__all__ = ["open_engine"]
+def training_sampling(rollout: RolloutSection) -> SamplingParams:
+    """How a run's rollouts sample (greedy units switch to argmax themselves)."""
+    return SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
+
+
+__all__ = ["open_engine", "training_sampling"]

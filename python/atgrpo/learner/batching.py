@@ -1,50 +1,29 @@
-"""Turn a policy's samples of one step into padded micro-batches of torch tensors.
+"""Turn sequences (a step's samples, or demonstration pairs) into padded `MicroBatch`es.
 
-Packing decisions (which sample goes in which micro-batch) come from the Rust kernels
-(`plan_microbatches`, first-fit decreasing by token count; `pad_batch`). Everything here is [B, L]
-right-padded; the loss shifts by one itself.
+There is one packing path: `build_microbatches` (samples of an RL step) and `pair_microbatches`
+(supervised (prompt, response) pairs) both reduce their input to `Sequences` and call `pack`, which
+picks the layout. Which sample goes in which micro-batch comes from the Rust kernels
+(`plan_microbatches`, first-fit decreasing by token count; `pad_batch` for the plain layout), so the
+split is deterministic. A micro-batch never holds more than `max_tokens` tokens (prompt + response;
+in the shared-prefix layout each distinct prompt counts once); a single longer sample raises
+`SampleTooLongError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from atgrpo import kernels
+from atgrpo.learner.microbatch import MicroBatch, SharedPrefix
+from atgrpo.learner.rows import Sequences, finish, token_weights
+from atgrpo.learner.shared_prefix import pack_shared_prefix
 from atgrpo.messages import Sample
 
-
-@dataclass
-class MicroBatch:
-    input_ids: torch.Tensor
-    """[B, L] int64, right-padded."""
-    attention_mask: torch.Tensor
-    """[B, L] int64, 1 on real tokens."""
-    loss_mask: torch.Tensor
-    """[B, L] bool, True where the token is a response token (it is *predicted* from position - 1)."""
-    advantages: torch.Tensor
-    """[B, L] float32, the sample's advantage on its response tokens."""
-    behaviour_logprobs: torch.Tensor
-    """[B, L] float32, the engine's log-probability of each response token, 0 elsewhere."""
-    token_weights: torch.Tensor
-    """[B, L] float32 weight of each response token in the step loss: 1 for "token_mean";
-    1 / (its sample's response length) for "seq_mean"."""
-    sample_index: tuple[int, ...] = ()
-    """Which of the step's samples (indices into the list given to `make_microbatches`) the rows are."""
-    prefix_ids: torch.Tensor | None = None
-    """Shared-prefix layout only (`learner.shared_prefix`): [P, Lq] distinct prompts less their last
-    token, left-padded; the rows then hold that last token and the response. None: plain layout."""
-    prefix_mask: torch.Tensor | None = None
-    """[P, Lq] int64, 1 on real prompt tokens (shared-prefix layout)."""
-    row_prefix: torch.Tensor | None = None
-    """[B] int64, the prompt each row continues (shared-prefix layout)."""
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.loss_mask.sum())
+AGGREGATIONS = ("token_mean", "seq_mean")
+""""token_mean": every response token of the step counts once (the paper's choice); "seq_mean":
+each sample counts once and its tokens share its weight (no length bias)."""
 
 
 def loss_normalizer(samples: Sequence[Sample], aggregation: str) -> int:
@@ -54,42 +33,68 @@ def loss_normalizer(samples: Sequence[Sample], aggregation: str) -> int:
     return sum(len(s.response_ids) for s in samples)
 
 
-def make_microbatches(
-    samples: Sequence[Sample], advantages: np.ndarray, *, max_tokens: int, pad_id: int, aggregation: str = "token_mean"
+def build_microbatches(
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    *,
+    max_tokens: int,
+    pad_id: int,
+    aggregation: str = "token_mean",
+    share_prefix: bool = False,
 ) -> list[MicroBatch]:
-    """All samples, split so that no micro-batch holds more than `max_tokens` (prompt + response) tokens.
+    """All of a step's samples ([n]) with their advantages ([n]) as micro-batches of at most
+    `max_tokens` tokens; `share_prefix` picks the shared-prefix layout (`train.share_prefix`).
+    `MicroBatch.sample_index` refers to positions in `samples`."""
+    seqs = Sequences(
+        [s.prompt_ids for s in samples], [s.response_ids for s in samples], [s.logprobs for s in samples],
+        np.asarray(advantages, dtype=np.float64),
+    )
+    return pack(seqs, max_tokens=max_tokens, pad_id=pad_id, aggregation=aggregation, share_prefix=share_prefix)
 
-    `aggregation`: "token_mean" (every response token of the step counts once, the paper's choice)
-    or "seq_mean" (each sample counts once, its tokens share its weight; no length bias).
-    """
-    if aggregation not in ("token_mean", "seq_mean"):
+
+def pair_microbatches(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, max_tokens: int, pad_id: int, share_prefix: bool = False
+) -> list[MicroBatch]:
+    """(prompt ids, response ids) pairs as micro-batches, for losses that read only the tokens and the
+    loss mask (supervised warm start, log-prob checks): advantage 1, behaviour log-prob 0."""
+    seqs = Sequences(
+        [p for p, _ in pairs], [r for _, r in pairs], [[0.0] * len(r) for _, r in pairs], np.ones(len(pairs))
+    )
+    return pack(seqs, max_tokens=max_tokens, pad_id=pad_id, aggregation="token_mean", share_prefix=share_prefix)
+
+
+def pack(seqs: Sequences, *, max_tokens: int, pad_id: int, aggregation: str, share_prefix: bool) -> list[MicroBatch]:
+    """`seqs` as micro-batches in the layout asked for (see the module docstring)."""
+    if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', got {aggregation!r}")
-    if not samples:
+    n = len(seqs.prompts)
+    if seqs.advantages.shape != (n,) or not np.isfinite(seqs.advantages).all():
+        raise ValueError(f"need one finite advantage per sample: {n} samples, advantages of shape {seqs.advantages.shape}")
+    if share_prefix:
+        return pack_shared_prefix(seqs, max_tokens=max_tokens, pad_id=pad_id, aggregation=aggregation)
+    if n == 0:
         return []
-    lengths = np.array([len(s.prompt_ids) + len(s.response_ids) for s in samples], dtype=np.int64)
-    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+    return _pack_plain(seqs, max_tokens, pad_id, aggregation)
+
+
+def _pack_plain(seqs: Sequences, max_tokens: int, pad_id: int, aggregation: str) -> list[MicroBatch]:
+    prompt_lens = np.fromiter((len(p) for p in seqs.prompts), dtype=np.int64, count=len(seqs.prompts))
+    lengths = prompt_lens + np.fromiter((len(r) for r in seqs.responses), dtype=np.int64, count=len(seqs.responses))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tokens = np.fromiter(
-        (t for s in samples for t in (*s.prompt_ids, *s.response_ids)), dtype=np.int64, count=int(offsets[-1])
+        (t for p, r in zip(seqs.prompts, seqs.responses) for t in (*p, *r)), dtype=np.int64, count=int(offsets[-1])
     )
-    prompt_lens = np.array([len(s.prompt_ids) for s in samples], dtype=np.int64)
     out = []
     for idx in kernels.plan_microbatches(lengths, max_tokens):
-        padded = kernels.pad_batch(tokens, offsets, prompt_lens, advantages, idx, pad_id=pad_id)
-        behaviour = np.zeros(padded.input_ids.shape, dtype=np.float32)
-        behaviour[padded.loss_mask] = np.concatenate([np.asarray(samples[i].logprobs, np.float32) for i in idx])
-        weights = padded.loss_mask.astype(np.float32)
-        if aggregation == "seq_mean":
-            weights /= np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
+        padded = kernels.pad_batch(tokens, offsets, prompt_lens, seqs.advantages, idx, pad_id=pad_id)
         out.append(
-            MicroBatch(
-                input_ids=torch.from_numpy(padded.input_ids),
-                attention_mask=torch.from_numpy(padded.attention_mask.astype(np.int64)),
-                loss_mask=torch.from_numpy(padded.loss_mask),
-                advantages=torch.from_numpy(padded.token_advantages),
-                behaviour_logprobs=torch.from_numpy(behaviour),
-                token_weights=torch.from_numpy(weights),
-                sample_index=tuple(int(i) for i in idx),
-            )
+            finish(padded.input_ids, padded.attention_mask, padded.loss_mask, padded.token_advantages, seqs, idx.tolist(), aggregation)
         )
     return out
+
+
+__all__ = [
+    "AGGREGATIONS", "MicroBatch", "Sequences", "SharedPrefix", "build_microbatches", "loss_normalizer", "pack",
+    "pair_microbatches", "token_weights",
+]

@@ -1,8 +1,8 @@
 """The hub: work units, leases, sample intake, weight serving. Runs on the learner's rank 0.
 
 Threads and ownership: the hub's serve loop runs in its own thread and is the only user of the
-ROUTER socket. The learner's main thread talks to it through `open_step`, `wait_step`, `publish`,
-`run_eval` and `stop`, which only touch state under `self._lock`. So actors are answered while the
+ROUTER socket. The orchestrator (learner rank 0's main thread) talks to it through `open_round`,
+`wait_round`, `publish` and `stop`, which only touch state under `self._lock`. So actors are answered while the
 learner trains (they get `NoWork` until the next step opens), leases keep expiring, and a dead actor
 is noticed at any time.
 
@@ -14,7 +14,8 @@ same samples as if nobody had died. Late batches for a unit that is no longer le
 are refused and counted (`hub/orphan_batches`).
 
 Samples are staged per unit and admitted through the `VersionLedger` (the one version check) when
-their batch arrives; a unit's samples join the step only when its `last` batch arrives.
+their batch arrives; a unit's samples join the step only when its `last` batch arrives. A policy's
+current version changes only in `publish`, under the lock, together with the weights units name.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from atgrpo.messages import (
     SampleAck,
     SampleBatch,
     Shutdown,
+    UnitTimings,
     WeightsRequest,
     Welcome,
     WorkRequest,
     WorkUnit,
 )
 from atgrpo.transport.endpoints import HubEndpoint
+from atgrpo.units import cut_units, in_step_order
 from atgrpo.transport.tensors import weights_to_frames
 
 log = logging.getLogger("atgrpo.hub")
@@ -57,7 +60,8 @@ class StepData:
     step: int
     samples: list[Sample]
     envs: list[EnvResult]
-    timings: dict[str, float]
+    timings: UnitTimings
+    """Summed over the step's units, so over all actors."""
     wall_s: float
 
 
@@ -80,7 +84,7 @@ class _Round:
     done: set[int] = field(default_factory=set)
     samples: list[Sample] = field(default_factory=list)
     envs: list[EnvResult] = field(default_factory=list)
-    timings: Counter[str] = field(default_factory=Counter)
+    timings: UnitTimings = field(default_factory=UnitTimings)
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
 
@@ -122,9 +126,12 @@ class Hub:
         self._thread.start()
 
     def publish(self, policy: str, version: int, tensors: dict[str, torch.Tensor]) -> None:
-        """Make `policy` at `version` fetchable; older versions beyond `keep_versions` are dropped."""
+        """Make `policy` at `version` fetchable and current: from now on units name it, and the
+        ledger admits samples against it. Versions beyond `keep_versions` are dropped. The one place
+        a version changes while actors run."""
         frames = weights_to_frames(policy, version, tensors)
         with self._lock:
+            self.ledger.set_version(policy, version)
             versions = self._weights.setdefault(policy, {})
             versions[version] = frames
             for old in sorted(versions)[: -self.keep_versions]:
@@ -135,21 +142,11 @@ class Hub:
         with self._lock:
             if self._round is not None and not self._round.complete:
                 raise RuntimeError(f"round for step {self._round.step} is still open")
-            units = deque()
-            for lo in range(0, len(seeds), envs_per_unit):
-                units.append(
-                    WorkUnit(
-                        unit_id=self._next_unit,
-                        step=step,
-                        seeds=list(seeds[lo : lo + envs_per_unit]),
-                        env_offset=lo,
-                        split=split,
-                        versions=dict(self.ledger.versions),
-                        greedy=greedy,
-                    )
-                )
-                self._next_unit += 1
-            self._round = _Round(step=step, pending=units, total=len(units))
+            units = cut_units(
+                self._next_unit, step, seeds, envs_per_unit, split=split, versions=self.ledger.versions, greedy=greedy
+            )
+            self._next_unit += len(units)
+            self._round = _Round(step=step, pending=deque(units), total=len(units))
 
     def wait_round(self, *, stall_timeout_s: float, poll_s: float = 0.5) -> StepData:
         """Block until every unit of the open round is in. Raises if nothing arrives for `stall_timeout_s`."""
@@ -167,10 +164,8 @@ class Hub:
                         f"actors seen: {sorted(self.actors) or 'none'})"
                     )
                 self._changed.wait(poll_s)
-            # Arrival order depends on which actor finished first; training must not.
-            samples = sorted(rnd.samples, key=lambda s: (s.key.env, s.key.agent, s.key.turn, s.branch))
-            envs = sorted(rnd.envs, key=lambda e: e.env)
-            return StepData(rnd.step, samples, envs, dict(rnd.timings), time.monotonic() - rnd.started)
+            samples, envs = in_step_order(rnd.samples, rnd.envs)
+            return StepData(rnd.step, samples, envs, rnd.timings, time.monotonic() - rnd.started)
 
     def stop(self, reason: str, *, drain_s: float = 5.0) -> None:
         """Tell every actor that asks to shut down (for up to `drain_s`), then stop serving."""
@@ -266,7 +261,7 @@ class Hub:
             del rnd.leases[batch.unit_id]
             rnd.samples.extend(rnd.staged.pop(batch.unit_id))
             rnd.envs.extend(batch.env_results)
-            rnd.timings.update(batch.timings)
+            rnd.timings = rnd.timings + batch.timings
             rnd.done.add(batch.unit_id)
             self._changed.notify_all()
         return SampleAck(batch.unit_id, accepted=len(kept), rejected=len(batch.samples) - len(kept))

@@ -48,9 +48,13 @@ class VersionLedger:
         self.accepted += len(kept)
         return kept
 
-    def bump(self, policy: str) -> int:
-        self.versions[policy] += 1
-        return self.versions[policy]
+    def set_version(self, policy: str, version: int) -> None:
+        """`policy`'s weights at `version` are now the current ones (the hub calls it under its lock
+        when it publishes them). Versions only move forward."""
+        if version < self.versions.get(policy, 0):
+            raise ValueError(f"policy {policy!r}: version {version} is older than the current {self.versions[policy]}")
+        self.versions[policy] = version
 
     def staleness(self, sample: Sample) -> int:
+        """How many versions behind its policy's current one an admitted sample is."""
         return self.versions[sample.policy] - sample.version

@@ -2,7 +2,7 @@
 
 Token-in, token-out training needs the two to be the same function of the same weights: the PPO
 ratio is `exp(learner - engine)`, so any gap is a bias from step 1. This scores an engine's
-completions through the learner's own batching and `token_logprobs`, the path training takes
+completions through the learner's own batching and `logprobs.token_logprobs`, the path training takes
 (used by `atgrpo-bench engines` and the engine tests; training reports the same gap per step as
 `learner/<policy>/logprob_mismatch`).
 """
@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from atgrpo.engines.base import Completion
-from atgrpo.learner.batching import make_microbatches
-from atgrpo.learner.loss import token_logprobs
-from atgrpo.messages import GroupKey, Sample
+from atgrpo.learner.batching import pair_microbatches
+from atgrpo.learner.logprobs import token_logprobs
 
 
 def learner_logprobs(
@@ -25,20 +24,14 @@ def learner_logprobs(
     max_tokens: int = 8192,
 ) -> list[list[float]]:
     """The learner's log-probability of every token of every completion, at `temperature`."""
-    samples = [
-        Sample(
-            run_id="check", policy="check", version=0, step=0, role="check", key=GroupKey(i, 0, 0), prompt_ids=list(p),
-            response_ids=o.token_ids, logprobs=o.logprobs, reward=0.0, reward_team=0.0, reward_local=0.0,
-        )
-        for i, (p, o) in enumerate(zip(prompts, outs))
-    ]
+    pairs = [(list(p), list(o.token_ids)) for p, o in zip(prompts, outs)]
     result: dict[int, list[float]] = {}
-    for mb in make_microbatches(samples, np.zeros(len(samples)), max_tokens=max_tokens, pad_id=pad_id):
+    for mb in pair_microbatches(pairs, max_tokens=max_tokens, pad_id=pad_id):
         with torch.no_grad():
             logp, _ = token_logprobs(model, mb, temperature)
         for row, i in enumerate(mb.sample_index):
             result[i] = logp[row][mb.loss_mask[row, 1:]].tolist()
-    return [result[i] for i in range(len(samples))]
+    return [result[i] for i in range(len(pairs))]
 
 
 def logprob_mismatch(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> tuple[float, float, int]:

@@ -1,15 +1,24 @@
-"""Token-level PPO clipped surrogate (AT-GRPO's policy loss), aggregated as a token mean over the step.
+"""Token-level PPO clipped surrogate (AT-GRPO's policy loss) as pure tensor math.
 
-For each response token: `ratio = exp(logp - logp_old)`, loss `-min(ratio * A, clip(ratio, 1-eps,
-1+eps) * A)`. In strict on-policy mode `logp_old` is the behaviour log-probability the engine
-recorded. With `is_cap` set (the `max_staleness > 0` mode) the loss is decoupled: the ratio is taken
-against the learner's own current log-probability (the proximal policy), and each token is weighted
-by the truncated importance ratio `min(exp(logp_prox - logp_behaviour), is_cap)`.
+No model is called here: `learner.logprobs.loss_inputs` runs the forward pass and hands this module
+`LossInputs`, every tensor [B, T] over the same token columns. Per token t:
 
-`total_tokens` is the step's normalizer (all micro-batches, all ranks): its response-token count for
-token-mean aggregation, its sample count for sequence-mean (see `batching.loss_normalizer`). Token
-losses are weighted by `MicroBatch.token_weights` and divided by it, so summing the micro-batch
-losses gives the step's mean however the step is split.
+    ratio_t    = exp(logp_t - behaviour_logp_t)                  strict on-policy (`is_cap` None)
+    ratio_t    = exp(logp_t - stopgrad(logp_t)),                 decoupled (`is_cap` set, the
+    w_t        = min(exp(stopgrad(logp_t) - behaviour_logp_t), is_cap)   `max_staleness > 0` mode)
+    loss_t     = -min(ratio_t * A_t, clip(ratio_t, 1 - eps, 1 + eps) * A_t) * w_t      (w_t = 1 strict)
+                 - entropy_coef * H_t                            (when `entropy_coef`)
+                 + kl_coef * (exp(r_t) - r_t - 1), r_t = ref_logp_t - logp_t   (k3 estimator, >= 0)
+    loss       = sum_t token_weights_t * loss_t / total_tokens
+
+In the decoupled mode the ratio is 1 in value and carries only the gradient of the current policy
+(the proximal policy is the learner itself); staleness is corrected by the truncated weight w_t.
+
+`total_tokens` is the step's normalizer over all micro-batches and ranks (`batching.loss_normalizer`:
+response tokens for "token_mean", samples for "seq_mean"), so the micro-batch losses of a step sum
+to its mean however the step is split. Masked tokens have `token_weights` 0 and contribute nothing
+to the loss or to any metric. Metric sums are weighted the same way; dividing them by
+`total_tokens` gives the step's metrics (`loss`, `clip_frac`, `logprob_mismatch`, `is_weight`).
 """
 
 from __future__ import annotations
@@ -17,47 +26,68 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-
-from atgrpo.learner.batching import MicroBatch
-from atgrpo.learner.shared_prefix import prefix_logits
 
 
 @dataclass(frozen=True)
 class LossConfig:
     clip_eps: float = 0.2
+    """PPO clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
     temperature: float = 1.0
-    """The sampling temperature: logits are divided by it, as the engine did."""
+    """The sampling temperature: the forward pass divides logits by it, as the engine did."""
     entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss); 0 turns it off."""
     kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the reference (initial) policy; 0 turns it off."""
     is_cap: float | None = None
     """Truncated importance-sampling cap; None in strict on-policy mode."""
 
 
-def token_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, L-1] log-prob of each next token, [B, L-1] logits) for positions 0..L-2 of `input_ids`
-    (either layout: the shared-prefix one runs each distinct prompt once)."""
-    if mb.prefix_ids is None:
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits[:, :-1]
-    else:
-        logits = prefix_logits(model, mb)[:, :-1]
-    logits = logits.float() / temperature
-    logp = torch.gather(F.log_softmax(logits, dim=-1), -1, mb.input_ids[:, 1:, None]).squeeze(-1)
-    return logp, logits
+@dataclass(frozen=True)
+class LossInputs:
+    """One micro-batch's per-token inputs, all [B, T] float32 on one device."""
+
+    logp: torch.Tensor
+    """[B, T] the learner's log-probability of each token (carries the gradient)."""
+    behaviour_logp: torch.Tensor
+    """[B, T] the engine's log-probability of each token when it was sampled."""
+    advantages: torch.Tensor
+    """[B, T] the token's advantage (its sample's)."""
+    token_weights: torch.Tensor
+    """[B, T] the token's weight in the step loss: 0 off the loss mask, else 1 ("token_mean") or
+    1 / response length ("seq_mean")."""
+    entropy: torch.Tensor | None = None
+    """[B, T] entropy of the learner's distribution at each token; needed when `entropy_coef` is set."""
+    ref_logp: torch.Tensor | None = None
+    """[B, T] the reference model's log-probability of each token; needed when `kl_coef` is set."""
 
 
-def policy_loss(
-    model: torch.nn.Module,
-    mb: MicroBatch,
-    cfg: LossConfig,
-    total_tokens: int,
-    ref_model: torch.nn.Module | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The micro-batch's share of the step loss, and its metric sums (divide by total_tokens)."""
-    logp, logits = token_logprobs(model, mb, cfg.temperature)
-    mask = mb.token_weights[:, 1:]
-    adv = mb.advantages[:, 1:]
-    behaviour = mb.behaviour_logprobs[:, 1:]
+@dataclass(frozen=True)
+class LossOutputs:
+    loss: torch.Tensor
+    """[] this micro-batch's share of the step loss (backward on it)."""
+    loss_sum: float
+    """Weighted sum of the per-token losses."""
+    clip_frac_sum: float
+    """Weighted count of tokens whose ratio lies outside the clip range."""
+    logprob_mismatch_sum: float
+    """Weighted sum of |logp - behaviour_logp|."""
+    is_weight_sum: float
+    """Weighted sum of the importance weights w_t (1 per token in strict mode)."""
+
+    def sums(self) -> dict[str, float]:
+        """The metric sums by name (`<metric>_sum`); divide by `total_tokens` for the step's metrics."""
+        return {
+            "loss_sum": self.loss_sum,
+            "clip_frac_sum": self.clip_frac_sum,
+            "logprob_mismatch_sum": self.logprob_mismatch_sum,
+            "is_weight_sum": self.is_weight_sum,
+        }
+
+
+def ppo_clip_loss(inputs: LossInputs, cfg: LossConfig, total_tokens: int) -> LossOutputs:
+    """The clipped surrogate of `inputs` ([B, T] each) divided by `total_tokens` (see the module
+    docstring for the formula), and its metric sums."""
+    logp, behaviour, adv, mask = inputs.logp, inputs.behaviour_logp, inputs.advantages, inputs.token_weights
     if cfg.is_cap is None:
         ratio = torch.exp(logp - behaviour)
         weight = torch.ones_like(logp)
@@ -67,20 +97,24 @@ def policy_loss(
     clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
     per_token = -torch.minimum(ratio * adv, clipped * adv) * weight
     if cfg.entropy_coef:
-        probs = F.softmax(logits, dim=-1)
-        entropy = -(probs * F.log_softmax(logits, dim=-1)).sum(-1)
-        per_token = per_token - cfg.entropy_coef * entropy
-    if cfg.kl_coef and ref_model is not None:
-        with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, mb, cfg.temperature)
-        log_r = ref_logp - logp
-        per_token = per_token + cfg.kl_coef * (torch.exp(log_r) - log_r - 1.0)  # k3 estimator, >= 0
-    loss = (per_token * mask).sum() / max(total_tokens, 1)
+        if inputs.entropy is None:
+            raise ValueError("entropy_coef is set but LossInputs.entropy is None")
+        per_token = per_token - cfg.entropy_coef * inputs.entropy
+    if cfg.kl_coef:
+        if inputs.ref_logp is None:
+            raise ValueError("kl_coef is set but LossInputs.ref_logp is None")
+        log_r = inputs.ref_logp - logp
+        per_token = per_token + cfg.kl_coef * (torch.exp(log_r) - log_r - 1.0)
+    weighted = per_token * mask
+    loss = weighted.sum() / max(total_tokens, 1)
     with torch.no_grad():
-        stats = {
-            "loss_sum": float((per_token * mask).sum()),
-            "clip_frac_sum": float((((ratio - 1.0).abs() > cfg.clip_eps).float() * mask).sum()),
-            "logprob_mismatch_sum": float(((logp - behaviour).abs() * mask).sum()),
-            "is_weight_sum": float((weight * mask).sum()),
-        }
-    return loss, stats
+        return LossOutputs(
+            loss=loss,
+            loss_sum=float(weighted.sum()),
+            clip_frac_sum=float((((ratio - 1.0).abs() > cfg.clip_eps).float() * mask).sum()),
+            logprob_mismatch_sum=float(((logp - behaviour).abs() * mask).sum()),
+            is_weight_sum=float((weight * mask).sum()),
+        )
+
+
+__all__ = ["LossConfig", "LossInputs", "LossOutputs", "ppo_clip_loss"]

@@ -23,15 +23,11 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from atgrpo._core import AtgrpoError
+from atgrpo.errors.runtime import ModelImportError
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 SMOLLM2_ALIAS = "@smollm2"
 """What `policies.<p>.path` may say instead of a folder: the cached SmolLM2 import, built on first use."""
-
-
-class ModelImportError(AtgrpoError, ValueError):
-    """The source is not a model atgrpo can import, or the imported folder is not clean."""
 
 
 def cache_dir() -> Path:

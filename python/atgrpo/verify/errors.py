@@ -1,10 +1,8 @@
-"""Errors of answer verification. The base class comes from the extension (not via `atgrpo.errors`) so
-that `atgrpo.errors` can re-export these without an import cycle."""
+"""Errors of answer verification (defined in the leaf module `atgrpo.errors.runtime`, so that
+`atgrpo.errors` loads no verifier)."""
 
 from __future__ import annotations
 
-from atgrpo._core import AtgrpoError
+from atgrpo.errors.runtime import VerifierStartError
 
-
-class VerifierStartError(AtgrpoError):
-    """A Math-Verify worker process could not start (missing package, crash on import, start timeout)."""
+__all__ = ["VerifierStartError"]

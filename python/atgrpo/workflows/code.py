@@ -1,4 +1,4 @@
-"""Code workflow: a coder and a tester (ALGORITHM.md, Workflows: Code). Turn loop: `textflow`.
+"""Code workflow: a coder and a tester (python/atgrpo/ALGORITHM.md, "Workflows"). Turn loop: `tree.py`.
 
 Per turn, in `roles` order:
 
@@ -36,8 +36,9 @@ from typing import Sequence
 from atgrpo.config import RunConfig
 from atgrpo.data import CodeProblem, IOCase, load_code_problems
 from atgrpo.sandbox import Program, function_program, stdio_program
-from atgrpo.workflows.prompts import read_templates
-from atgrpo.workflows.textflow import COMPACT_CHARS, FEEDBACK_CHARS, Outcome, TextTask, clip
+from atgrpo.workflows.programs import compiles, extract_code
+from atgrpo.workflows.prompts import COMPACT_CHARS, FEEDBACK_CHARS, clip, read_templates
+from atgrpo.workflows.states import Outcome, TextWorkflow
 
 CODER, TESTER = "coder", "tester"
 MAX_TESTS = 8
@@ -46,29 +47,7 @@ MAX_TEST_CHARS = 2000
 MAX_MISMATCHES = 5
 ERROR_VERDICTS = {"runtime_error", "timeout", "memory_limit", "output_limit", "sandbox_error", "skipped"}
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CLOSED_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
-
-
-def extract_code(text: str) -> str:
-    """The program in a model answer: the last ```python block, else the last fenced block (an
-    unclosed last fence runs to the end), else the whole text."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
-    if blocks:
-        python = [b for lang, b in blocks if lang in ("python", "py", "python3")]
-        return (python or [b for _, b in blocks])[-1].strip("\n").rstrip()
-    return text.strip("\n").rstrip()
-
-
-def compiles(code: str) -> bool:
-    """Non-empty and valid Python syntax (compiled, never run)."""
-    if not code.strip():
-        return False
-    try:
-        compile(code, "<candidate>", "exec", dont_inherit=True)
-    except Exception:  # SyntaxError, ValueError (NUL bytes), RecursionError, MemoryError
-        return False
-    return True
 
 
 def solution_code(text: str, problem: CodeProblem) -> str:
@@ -150,7 +129,7 @@ def load_code_templates(style: str) -> dict[str, str]:
     return read_templates("code", style, (CODER, TESTER, "feedback"))
 
 
-class CodeWorkflow(TextTask[CodeState]):
+class CodeWorkflow(TextWorkflow[CodeState]):
     task = "code"
     load_problems = staticmethod(load_code_problems)
 

@@ -1,19 +1,17 @@
 """`make_workflow(cfg)`: the workflow of the config's task, as the actor, the trainer and `atgrpo-eval` use it.
 
-Every workflow has `run(unit, policies, sampling, run_id=, seed=, on_groups=) -> UnitResult` and
-`close()`; the code and math workflows hold a sandbox until `close()`.
+Every workflow is a `base.Workflow`: `run(unit, policies, sampling, run_id=, seed=, on_groups=) ->
+UnitResult` and `close()`; the code and math workflows (and the games in program mode) hold a
+sandbox until `close()`.
 """
 
 from __future__ import annotations
 
-from typing import Union
-
 from atgrpo.config import GAME_TASKS, RunConfig
+from atgrpo.workflows.base import Workflow
 from atgrpo.workflows.code import CodeWorkflow
 from atgrpo.workflows.games import GameWorkflow
 from atgrpo.workflows.math import MathWorkflow
-
-Workflow = Union[GameWorkflow, CodeWorkflow, MathWorkflow]
 
 
 def make_workflow(cfg: RunConfig) -> Workflow:

@@ -1,4 +1,4 @@
-"""Math workflow: a tool agent and a reasoner (ALGORITHM.md, Workflows: Math). Turn loop: `textflow`.
+"""Math workflow: a tool agent and a reasoner (python/atgrpo/ALGORITHM.md, "Workflows"). Turn loop: `tree.py`.
 
 - The **tool agent** writes a Python program (code extracted as in the code workflow) that prints the
   answer; it runs in the sandbox with no input, and the last non-empty line of its stdout is its answer.
@@ -10,7 +10,7 @@ Rewards (r = alpha * team + local), checked with `atgrpo.verify` (Math-Verify wi
 - team = the team's final answer is correct: the reasoner's latest answer, or the tool agent's while
   the reasoner has none (so in a tool-only team it is the tool agent's).
 - local = (format + correct) / 2 for both agents: format is a `\\boxed{}` answer for the reasoner and a
-  program that ran and printed an answer for the tool agent (ALGORITHM.md names the reasoner's; the
+  program that ran and printed an answer for the tool agent (the algorithm names the reasoner's; the
   tool agent's mirrors it).
 Done when both agents have answered and their answers agree, or after `turns` turns; a single-agent
 team (one role) is single turn. Success = the final answer is correct.
@@ -25,11 +25,10 @@ from typing import Sequence
 
 from atgrpo.config import RunConfig
 from atgrpo.data import MathProblem, load_math_problems
-from atgrpo.sandbox import stdio_program
 from atgrpo.verify import MathVerifier, default_verifier, extract_answer, last_boxed
-from atgrpo.workflows.code import compiles, extract_code
-from atgrpo.workflows.prompts import read_templates
-from atgrpo.workflows.textflow import Outcome, TextTask, clip
+from atgrpo.workflows.programs import run_printing_programs
+from atgrpo.workflows.prompts import clip, read_templates
+from atgrpo.workflows.states import Outcome, TextWorkflow
 
 TOOL, REASONER = "tool", "reasoner"
 ANSWER_CHARS = 200
@@ -63,7 +62,7 @@ def load_math_templates(style: str) -> dict[str, str]:
     return read_templates("math", style, (TOOL, REASONER, "feedback"))
 
 
-class MathWorkflow(TextTask[MathState]):
+class MathWorkflow(TextWorkflow[MathState]):
     task = "math"
     load_problems = staticmethod(load_math_problems)
 
@@ -98,21 +97,14 @@ class MathWorkflow(TextTask[MathState]):
         new_states: list[MathState] = []
         formats: list[bool] = []
         if role == TOOL:
-            codes = [extract_code(text) for _, _, text in items]
-            runnable = [i for i, c in enumerate(codes) if compiles(c)]
-            results = self.sandbox.run_batch([stdio_program(codes[i], [("", None)]) for i in runnable]) if runnable else []
-            ran = {i: r for i, r in zip(runnable, results)}
-            for i, ((_, st, _), code) in enumerate(zip(items, codes)):
-                r = ran.get(i)
-                if r is None:
-                    output, answer, ok = "(does not compile)", "", False
+            for (_, st, _), run in zip(items, run_printing_programs(self._sandbox, [text for _, _, text in items])):
+                if run.verdict is None:
+                    output, answer = "(does not compile)", ""
                 else:
-                    t = r.tests[0]
-                    output = t.stdout.decode("utf-8", "replace") if t.verdict == "passed" else f"{t.verdict}: {t.detail}"
-                    answer = program_answer(t.stdout) if t.verdict == "passed" else ""
-                    ok = bool(answer)
-                new_states.append(replace(st, tool_code=code, tool_output=clip(output, 1000), tool_answer=answer))
-                formats.append(ok)
+                    output = run.text if run.ran else f"{run.verdict}: {run.detail}"
+                    answer = program_answer(run.stdout) if run.ran else ""
+                new_states.append(replace(st, tool_code=run.code, tool_output=clip(output, 1000), tool_answer=answer))
+                formats.append(bool(answer))
             mine = [s.tool_answer or "" for s in new_states]
         else:
             for _, st, text in items:
@@ -129,7 +121,8 @@ class MathWorkflow(TextTask[MathState]):
         out = []
         for i, (st, fmt, v) in enumerate(zip(new_states, formats, verdicts)):
             correct = bool(v.correct)
-            st = replace(st, agree=agree.get(i, False), **({"tool_correct": correct} if role == TOOL else {"reasoner_correct": correct}))
+            st = replace(st, agree=agree.get(i, False))
+            st = replace(st, tool_correct=correct) if role == TOOL else replace(st, reasoner_correct=correct)
             local = (float(fmt) + float(correct)) / 2.0
             out.append(Outcome(st, float(st.final_correct), local, single or st.agree, st.final_correct))
         return out

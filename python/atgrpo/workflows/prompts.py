@@ -5,7 +5,9 @@ task-specific summary such as coordinates, ending in a newline, or empty), `turn
 the plan agent, `tool_section` (the `tool_view` template filled with the tool agent's chosen answer
 and its simulated outcome; empty in single-agent runs). `compact` templates are for the small
 built-in model (character tokenizer, short prompts); `paper` templates are the paper-style
-instructions for real chat models and are wrapped in the tokenizer's chat template.
+instructions for real chat models and are wrapped in the tokenizer's chat template
+(`encode_prompt`). Whatever one agent is shown of another's output is cut (`clip`), so prompts stay
+bounded whatever the model writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,25 @@ from functools import lru_cache
 from pathlib import Path
 
 ROLE_FILES = ("tool", "plan", "tool_view")
+FEEDBACK_CHARS = 1500
+"""Anything one agent is shown of another's output is cut to this many characters (bounded prompts)."""
+COMPACT_CHARS = 200
+"""The same limit for the compact templates (the tiny model's character tokenizer, short context)."""
+
+
+def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 15] + "\n...[truncated]"
+
+
+def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
+    """Token ids of a prompt: the tokenizer's chat template when `chat` and it has one, else plain text."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        # Render to text, then encode: what `apply_chat_template(tokenize=True)` returns differs between
+        # transformers versions (a list, or a BatchEncoding whose list() is its keys). The template
+        # writes its own special tokens, so encoding adds none.
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return [int(t) for t in ids]
 
 
 def envs_dir() -> Path:

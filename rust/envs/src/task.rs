@@ -37,7 +37,7 @@ pub struct Common {
     pub max_steps: u32,
     /// Most moves (or cell assignments) one action may hold; longer answers are unparseable.
     pub max_moves: u32,
-    /// Weight of the team part: reward = alpha * team + local (ALGORITHM.md).
+    /// Weight of the team part: reward = alpha * team + local (python/atgrpo/ALGORITHM.md).
     pub alpha: f64,
     /// Team reward on the step that solves the puzzle.
     pub success_bonus: f64,

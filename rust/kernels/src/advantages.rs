@@ -1,4 +1,4 @@
-//! Group-normalised advantages (ALGORITHM.md step 4) and reward mixing (step 3).
+//! Group-normalised advantages (python/atgrpo/ALGORITHM.md, step 4) and reward mixing (step 3).
 //!
 //! `A_i = (r_i - mean_g) / (std_g + eps)` over the finite rewards of sample i's group g, in f64, with
 //! these rules, each one tested:
@@ -6,8 +6,8 @@
 //!   are counted in `GroupStats::num_nonfinite`: one broken reward must not poison its K-1 siblings.
 //! - **Singleton groups** (one finite reward) get advantage 0: there is no baseline to compare with, and
 //!   `r - mean` is 0 anyway; with ddof = 1 the std would be 0/0.
-//! - **Constant groups** (two or more finite rewards, max == min) get exactly 0 (ALGORITHM.md: equal
-//!   rewards contribute zero advantage), not rounding noise divided by eps.
+//! - **Constant groups** (two or more finite rewards, max == min) get exactly 0 (equal rewards
+//!   contribute zero advantage, python/atgrpo/ALGORITHM.md step 4), not rounding noise divided by eps.
 //! - **Empty groups** (ids in `0..num_groups` that no finite reward uses) have mean and std NaN in the
 //!   stats; they own no sample with a non-zero advantage.
 //! - `std` uses `ddof` (0: population, 1: sample / unbiased; nothing else).
@@ -184,7 +184,7 @@ pub fn compute_advantages(
     Ok((groups, adv))
 }
 
-/// Mixed reward `alpha * team + local` (ALGORITHM.md step 3; alpha = 1 in the paper).
+/// Mixed reward `alpha * team + local` (python/atgrpo/ALGORITHM.md, step 3; alpha = 1 in the paper).
 ///
 /// Non-finite inputs propagate (the advantage kernel then counts and neutralises them).
 /// Errors: `ShapeMismatch` on length mismatch, `InvalidArgument` if `alpha` is not finite.

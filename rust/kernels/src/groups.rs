@@ -3,7 +3,8 @@
 //! Invariants:
 //! - Two samples share a group id exactly when their (env, agent, turn) triples are equal. `env` is the
 //!   environment's own index (never divided by K), so the K samples of different envs never share a
-//!   group (ALGORITHM.md, defect 2). Trajectory-level grouping is the same call with agent = turn = 0.
+//!   group (python/atgrpo/ALGORITHM.md, rule "Per-environment groups"). Trajectory-level grouping is the same
+//!   call with agent = turn = 0.
 //! - Ids are dense, 0..G-1, numbered in order of first appearance, so the result is deterministic and
 //!   independent of hashing.
 //! - Keys must be >= 0: they are indices, and a negative one is almost always a sentinel (-1 = "no env")

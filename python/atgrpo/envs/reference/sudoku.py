@@ -333,7 +333,7 @@ class SudokuRef:
         raise RuntimeError(f"sudoku seed {seed}: no {split} grid in {MAX_ATTEMPTS} attempts")
 
     def is_solved(self) -> bool:
-        """Complete, every unit valid, and every given digit where it was (ALGORITHM.md defect 4)."""
+        """Complete, every unit valid, every given digit in place (rule "Sudoku givens are binding")."""
         kept = all(g == 0 or g == b for g, b in zip(self.givens, self.board))
         return kept and is_complete_valid(self.geo, self.board)
 

@@ -5,8 +5,9 @@
 //! - Every puzzle has exactly one solution (`generate`); `solution` is it.
 //! - Given cells never change: an answer that writes another digit there is an invalid move, skipped.
 //! - Solved means complete, every row/column/box valid, and every given digit unchanged (a valid full
-//!   grid that contradicts a given is never solved; ALGORITHM.md defect 4). Sudoku never fails: an
-//!   episode ends on success or at the pool's turn limit, which is never success (defect 5).
+//!   grid that contradicts a given is never solved; python/atgrpo/ALGORITHM.md, rule "Sudoku givens
+//!   are binding"). Sudoku never fails: an episode ends on success or at the pool's turn limit, which is never
+//!   success (rule "Truncation is failure").
 //! - Reward of one step (before the pool adds the team part): `parse_penalty` if unparseable;
 //!   otherwise `invalid_move_penalty` per invalid assignment, added in order, then
 //!   `+ (correct_after - correct_before) / empty_at_start`, where `correct` counts non-given cells equal
@@ -70,7 +71,7 @@ impl Sudoku {
         Self { geo, givens: puzzle, board: puzzle, solution, empty_start: empty as u8 }
     }
 
-    /// Complete, every unit valid, and every given digit where it was (ALGORITHM.md defect 4).
+    /// Complete, every unit valid, and every given digit where it was (rule "Sudoku givens are binding").
     pub fn is_solved(&self) -> bool {
         let cells = self.geo.cells();
         let givens_kept = self.givens[..cells].iter().zip(&self.board[..cells]).all(|(&g, &b)| g == 0 || g == b);

@@ -1,4 +1,5 @@
-//! Task-level tests: config checks, step rules and rewards, defect 4, snapshots, determinism.
+//! Task-level tests: config checks, step rules and rewards, the rule "Sudoku givens are binding",
+//! snapshots, determinism.
 
 use super::*;
 use crate::task::Task;
@@ -151,7 +152,8 @@ fn rewards_of_grids() {
     assert_eq!((out.local, out.valid, out.solved), (-0.05 + e / e, false, true));
 }
 
-/// ALGORITHM.md defect 4: a complete, valid board that contradicts a given is never solved.
+/// python/atgrpo/ALGORITHM.md, rule "Sudoku givens are binding": a complete, valid board that contradicts a
+/// given is never solved.
 #[test]
 fn valid_board_contradicting_givens_is_not_solved() {
     for size in [4u32, 9] {
@@ -267,6 +269,6 @@ fn episode_through_the_pool() {
     assert_eq!(out.done, vec![true, false]);
     let mut out = StepColumns::default();
     pool.step(&[1], &[Some("#### (1,1,1)")], &mut out).unwrap();
-    // The turn limit ends the episode as a failure, never a success (defect 5).
+    // The turn limit ends the episode as a failure, never a success (rule "Truncation is failure").
     assert_eq!((out.done[0], out.success[0], out.truncated[0]), (true, false, true));
 }

@@ -1,6 +1,8 @@
-"""Pick the learner backend a run's `[train]` section asks for.
+"""Learner backends (torch, DeepSpeed) behind one contract, `LearnerBackend`, and `make_backend`,
+which picks one from a run's `[train]` section.
 
-The DeepSpeed backend is imported only when chosen, so a torch-only install never imports deepspeed.
+`deepspeed_backend` is imported only when the DeepSpeed backend is chosen, so a torch-only install
+never imports deepspeed.
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from atgrpo.config import TrainSection
-from atgrpo.learner.backend import LearnerBackend, TorchBackend
+from atgrpo.learner.backends.base import LearnerBackend
+from atgrpo.learner.backends.torch_backend import TorchBackend
 from atgrpo.learner.loss import LossConfig
 
 
@@ -22,7 +25,7 @@ def make_backend(
     if cfg.backend == "torch":
         return TorchBackend(model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg)
     if cfg.backend == "deepspeed":
-        from atgrpo.learner.deepspeed_backend import DeepSpeedBackend
+        from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
         return DeepSpeedBackend(
             model,
@@ -34,3 +37,6 @@ def make_backend(
             shared_prefix=cfg.share_prefix,
         )
     raise ValueError(f"unknown learner backend {cfg.backend!r}")
+
+
+__all__ = ["LearnerBackend", "TorchBackend", "make_backend"]

@@ -5,6 +5,7 @@ the RL data cursor) and diversified by a few random moves, so the warm-started m
 mid-episode positions. Targets are the solver's optimal answer in the template style. The tool
 answer shown to the plan agent is corrupted in a `tool_noise` fraction of demos (with the outcome
 the simulation really gives), so the plan agent learns to check the tool instead of copying it.
+Prompts are the workflow's own (`GameWorkflow.prompt_text`), so demos and rollouts agree on them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Collection
 import numpy as np
 
 from atgrpo.envs import EnvPool
-from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow, outcome_word
+from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow
+from atgrpo.workflows.states import Simulation
 
 DEMO_SEED_BASE = 1 << 40
 MOVES = "UDLR"
@@ -80,14 +82,14 @@ def make_demos(
             if TOOL in wf.roles and TOOL in keep:
                 prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
                 out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
-        views: list[tuple[str, str] | None] = [None] * len(ids)
+        views: list[Simulation | None] = [None] * len(ids)
         if TOOL in wf.roles and len(ids):
             for e in ids:
                 pool.fork(int(e), [int(e) + n])
             sim = pool.step(ids + n, tool_answers)
             views = [
-                (tool_answers[i], outcome_word(bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])))
-                for i in range(len(ids))
+                Simulation(int(turns[e]), tool_answers[i], bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i]))
+                for i, e in enumerate(ids)
             ]
         for i, e in enumerate(ids if PLAN in keep else []):
             answer = wf.templates.answer_text(plans[i] or "")

@@ -14,7 +14,7 @@ Invariants:
   `gradient_accumulation_steps: 1`: the caller (this class) owns the accumulation boundary and calls
   `engine.step()` once per `train_step`, however many micro-batches there were, and DeepSpeed never
   divides the loss by a GAS count (`backward(..., scale_wrt_gas=False)` on top of GAS 1).
-* Gradient sum across ranks. `policy_loss` divides by the step's *global* token count, so the step's
+* Gradient sum across ranks. The loss divides by the step's *global* token count, so the step's
   gradient is the SUM of the ranks' gradients. DeepSpeed AVERAGES over the data-parallel group, so
   each rank's loss is multiplied by the world size before backward.
 * Uneven shares. Under ZeRO-2/3 every backward reduces gradients (and under ZeRO-3 every forward
@@ -34,7 +34,6 @@ compiled (the optimizer is a plain torch one and no DeepSpeed C++ op is requeste
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from atgrpo.learner.backend import LearnerBackend, accumulate, finish_metrics
-from atgrpo.learner.batching import MicroBatch
+from atgrpo.learner.backends.base import LearnerBackend, accumulate, finish_metrics
 from atgrpo.learner.distributed import default_backend, init_distributed_from_env
 from atgrpo.learner.loss import LossConfig
+from atgrpo.learner.microbatch import MicroBatch, SharedPrefix
 
 CHECKPOINT_TAG = "deepspeed"
 """Subfolder of the checkpoint folder holding the engine state (one fixed tag: one state per folder)."""
@@ -87,10 +86,10 @@ def _dummy_microbatch(device: torch.device, shared_prefix: bool) -> MicroBatch:
     layout the run uses, so that it makes as many forward calls as a real micro-batch (ZeRO-3)."""
     ids = torch.zeros((1, 2), dtype=torch.int64, device=device)
     zeros = torch.zeros((1, 2), dtype=torch.float32, device=device)
-    prefix = {}
+    prefix = None
     if shared_prefix:
         one = torch.ones((1, 1), dtype=torch.int64, device=device)
-        prefix = {"prefix_ids": one, "prefix_mask": one, "row_prefix": torch.zeros(1, dtype=torch.int64, device=device)}
+        prefix = SharedPrefix(ids=one, mask=one, row=torch.zeros(1, dtype=torch.int64, device=device))
     return MicroBatch(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
@@ -99,15 +98,7 @@ def _dummy_microbatch(device: torch.device, shared_prefix: bool) -> MicroBatch:
         behaviour_logprobs=zeros,
         token_weights=zeros,
         sample_index=(),
-        **prefix,
-    )
-
-
-def _to_device(mb: MicroBatch, device: torch.device) -> MicroBatch:
-    if mb.input_ids.device == device:
-        return mb
-    return dataclasses.replace(
-        mb, **{f.name: v.to(device) for f in dataclasses.fields(mb) if isinstance(v := getattr(mb, f.name), torch.Tensor)}
+        prefix=prefix,
     )
 
 
@@ -208,7 +199,7 @@ class DeepSpeedBackend(LearnerBackend):
 
     def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
         passes = int(self._all_reduce([float(len(micro_batches))], dist.ReduceOp.MAX)[0])
-        batches = [_to_device(mb, self.device) for mb in micro_batches]
+        batches = [mb.to(self.device) for mb in micro_batches]
         batches += [self._dummy] * (max(passes, 1) - len(batches))
         scale = float(self.world_size)  # DeepSpeed averages over ranks; the loss wants the sum
 
@@ -219,7 +210,7 @@ class DeepSpeedBackend(LearnerBackend):
         sums = accumulate(self.engine, batches, total_tokens, self.loss_cfg, backward, self.ref_model)
         self.engine.step()
         grad_norm = self._grad_norm if self.zero_stage == 0 else self.engine.get_global_grad_norm()
-        keys = sorted(sums)  # every rank ran >= 1 pass through policy_loss, so the keys agree
+        keys = sorted(sums)  # every rank ran >= 1 pass through the loss, so the keys agree
         sums = dict(zip(keys, self._all_reduce([sums[k] for k in keys])))
         return finish_metrics(sums, total_tokens, float(grad_norm) if grad_norm is not None else float("nan"))
 

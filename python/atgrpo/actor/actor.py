@@ -15,11 +15,12 @@ import logging
 import os
 import time
 
+import msgspec
 import torch
 
 from atgrpo.config import RunConfig
-from atgrpo.engines.base import SamplingParams
-from atgrpo.engines.factory import open_engine
+from atgrpo.engines.factory import open_engine, training_sampling
+from atgrpo.errors.runtime import ActorError, UnitLost
 from atgrpo.messages import (
     PROTOCOL_VERSION,
     Hello,
@@ -35,19 +36,11 @@ from atgrpo.messages import (
 )
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
+from atgrpo.units import unit_seed
 from atgrpo.workflows.factory import make_workflow
-from atgrpo.workflows.games import PolicyHandle
+from atgrpo.workflows.base import PolicyHandle
 
 log = logging.getLogger("atgrpo.actor")
-
-
-class ActorError(RuntimeError):
-    """The hub refused this actor or answered out of protocol."""
-
-
-class UnitLost(Exception):
-    """The hub refused a batch of the unit: its lease expired (this actor was too slow, or thought
-    dead) and the unit is someone else's now. The actor drops the unit and asks for the next one."""
 
 
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
@@ -71,8 +64,7 @@ class Actor:
         self.idle_s = 0.0
         self.sync_s = 0.0
         self.units_lost = 0
-        ro = cfg.rollout
-        self.sampling = SamplingParams(max_new_tokens=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p)
+        self.sampling = training_sampling(cfg.rollout)
 
     def _ask(self, msg):
         reply = self.client.request(msg)
@@ -144,16 +136,9 @@ class Actor:
             seed=unit_seed(self.cfg.run.seed, unit),
             on_groups=(lambda group: self._stream(unit, group, False)) if not unit.greedy else None,
         )
-        timings = dict(result.timings)
-        timings.update({"idle_s": self.idle_s, "sync_s": self.sync_s})
+        timings = msgspec.structs.replace(result.timings, idle_s=self.idle_s, sync_s=self.sync_s)
         self.idle_s = self.sync_s = 0.0
         self._stream(unit, [], True, env_results=result.envs, timings=timings)
-
-
-def unit_seed(run_seed: int, unit: WorkUnit) -> int:
-    """Sampling seed of a unit: a function of what it is, not of who runs it or when (exact resume,
-    and a reassigned unit is rolled out exactly as its first actor would have)."""
-    return (run_seed * 1_000_003 + unit.step * 10_007 + unit.env_offset) % (2**61)
 
 
 def configure_threads(n: int) -> None:

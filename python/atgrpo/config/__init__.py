@@ -1,0 +1,115 @@
+"""The run config: typed, validated, documented, loaded from TOML with `a.b=value` overrides.
+
+One `RunConfig` describes the whole run; the launcher hands the same file to the learner and to every
+actor, each of which reads the sections it needs. Unknown keys are errors (`extra="forbid"`), so a
+typo never silently falls back to a default. Sections stay one level deep, except `task.env`, whose
+model is chosen by `task.task` (`atgrpo.config.task_env`). `RunConfig.to_toml()` writes the fully
+resolved config, which `load_config` reads back to an equal `RunConfig`.
+
+    cfg = load_config("envs/sudoku/task.toml", ["rollout.k=8"])
+    EnvPool(cfg.task.task, n, **cfg.task.env_params(), max_steps=cfg.task.turns)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from atgrpo.config.sections import (
+    LaunchSection,
+    MetricsSection,
+    PolicySection,
+    RolloutSection,
+    RunSection,
+    Section,
+    TinyModelSpec,
+    TrainSection,
+    TransportSection,
+    WarmstartSection,
+)
+from atgrpo.config.task import GAME_TASKS, TASK_ROLES, TaskSection
+from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
+from atgrpo.config.toml_io import read_toml_data, to_toml
+
+
+class RunConfig(Section):
+    run: RunSection = Field(default_factory=RunSection)
+    """Identity, length, evaluation and checkpoint cadence of the run."""
+    task: TaskSection = Field(default_factory=TaskSection)
+    """The task, its agents and its env parameters."""
+    policies: dict[str, PolicySection] = Field(default_factory=lambda: {"shared": PolicySection()})
+    """Policy name -> model and optimizer. One entry: one shared policy (role prompts on one model)."""
+    role_policy: dict[str, str] = Field(default_factory=dict)
+    """Role -> policy name. Empty maps every role to the only policy."""
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    """How samples are generated: K, sampling, grouping, engine."""
+    train: TrainSection = Field(default_factory=TrainSection)
+    """The learner: backend, loss and batching."""
+    warmstart: WarmstartSection = Field(default_factory=WarmstartSection)
+    """Supervised warm start on solver demonstrations before RL (games)."""
+    transport: TransportSection = Field(default_factory=TransportSection)
+    """Hub address, timeouts and message limits."""
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+    """Processes and threads `atgrpo-train` starts on this host."""
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+    """Metric sinks besides metrics.jsonl."""
+
+    @model_validator(mode="after")
+    def _mapping(self) -> "RunConfig":
+        roles = self.task.roles or []
+        if not self.role_policy:
+            if len(self.policies) != 1:
+                raise ValueError("with several policies, role_policy must map every role to one of them")
+            only = next(iter(self.policies))
+            object.__setattr__(self, "role_policy", {r: only for r in roles})
+        missing = [r for r in roles if r not in self.role_policy]
+        unknown = {p for p in self.role_policy.values() if p not in self.policies}
+        if missing or unknown:
+            raise ValueError(f"role_policy: roles without a policy {missing}, unknown policies {sorted(unknown)}")
+        unused = set(self.policies) - {self.role_policy[r] for r in roles}
+        if unused:
+            raise ValueError(f"policies {sorted(unused)} serve no role")
+        return self
+
+    def roles_of(self, policy: str) -> list[str]:
+        return [r for r in self.task.roles or [] if self.role_policy[r] == policy]
+
+    def to_toml(self) -> str:
+        """The fully resolved config as TOML; `load_config` reads it back to an equal `RunConfig`."""
+        return dump_config(self)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    """`cfg` fully resolved (defaults, default roles and role mapping written out) as a TOML document."""
+    return to_toml(cfg.model_dump(mode="python"), header="atgrpo run config, fully resolved")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a TOML file (or the defaults) and apply `section.key=value` overrides (values in TOML syntax)."""
+    return RunConfig.model_validate(read_toml_data(path, overrides))
+
+
+__all__ = [
+    "GAME_TASKS",
+    "TASK_ENV",
+    "TASK_ROLES",
+    "EnvParams",
+    "LaunchSection",
+    "MetricsSection",
+    "PlanPathEnv",
+    "PolicySection",
+    "RolloutSection",
+    "RunConfig",
+    "RunSection",
+    "SokobanEnv",
+    "SudokuEnv",
+    "TaskSection",
+    "TextTaskEnv",
+    "TinyModelSpec",
+    "TrainSection",
+    "TransportSection",
+    "WarmstartSection",
+    "dump_config",
+    "load_config",
+]

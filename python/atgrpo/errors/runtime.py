@@ -1,0 +1,44 @@
+"""Errors of the engines, the verifier, model import, evaluation, resume and the actor. All derive from
+`AtgrpoError` (and, where callers expect it, from the matching builtin).
+
+A leaf module (only the extension's base class), so that `atgrpo.errors` loads no torch, vLLM,
+transformers or verifier; the modules that raise these import them from here.
+"""
+
+from __future__ import annotations
+
+from atgrpo._core import AtgrpoError
+
+
+class PromptTooLongError(AtgrpoError, ValueError):
+    """A prompt plus `max_new_tokens` exceeds the model's context length (`atgrpo.engines`)."""
+
+
+class VllmUnavailableError(AtgrpoError, ImportError):
+    """vLLM is not installed, or its build does not run on the requested device (`atgrpo.engines`)."""
+
+
+class VerifierStartError(AtgrpoError):
+    """A Math-Verify worker process could not start (missing package, crash on import, start timeout)."""
+
+
+class ModelImportError(AtgrpoError, ValueError):
+    """The source is not a model atgrpo can import, or the imported folder is not clean."""
+
+
+class EvalError(AtgrpoError, ValueError):
+    """Bad arguments or inputs for an evaluation (`atgrpo-eval` reports it and exits with status 2)."""
+
+
+class ConfigChangedError(AtgrpoError, ValueError):
+    """A run would resume from its checkpoints with a config that changes what it learns
+    (`learner.checkpoints`)."""
+
+
+class ActorError(AtgrpoError, RuntimeError):
+    """The hub refused this actor or answered out of protocol."""
+
+
+class UnitLost(AtgrpoError):
+    """The hub refused a batch of the unit: its lease expired (this actor was too slow, or thought
+    dead) and the unit is someone else's now. The actor drops the unit and asks for the next one."""

@@ -1,0 +1,170 @@
+"""One learner and N actors on this host over a private ipc socket: what `atgrpo-train` runs.
+
+The launcher only spawns and wires. It starts the learner, reads its events (JSON lines on the
+learner's stdout, `messages.LearnerEvent`), starts the actors against the address of its
+`hub_ready` event, shows a progress bar from `metrics.jsonl`, and writes each child's log (its
+stderr) to `out_dir/logs/`. Children run in their own sessions, so a Ctrl-C reaches only the
+launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut
+down) and, once the learner is gone, stops any actor still running. SIGTERM to the launcher is
+handled the same way (exit status 143 instead of 130). No child outlives the launcher.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from atgrpo.config import RunConfig
+from atgrpo.launch.progress import Progress
+from atgrpo.messages import EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress
+
+MAX_ACTOR_RESTARTS = 2
+"""A crashed actor is started again this many times; when every actor is past it, the run stops."""
+GRACE_S = 600.0
+"""How long the learner gets after Ctrl-C to checkpoint and evaluate before it is killed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the launcher: stop like on Ctrl-C, so that no child is left running."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def describe(event: LearnerEvent, cfg: RunConfig) -> str | None:
+    """The line a user sees for a learner event (None: nothing to show)."""
+    if isinstance(event, WarmStartProgress):
+        return f"[{event.policy}] warm start step {event.step}/{event.steps} loss {event.loss:.3f}"
+    if isinstance(event, Resumed):
+        return f"resumed from {event.checkpoint} at step {event.step}"
+    if isinstance(event, EvalSummary):
+        return f"eval ({event.label}) at step {event.step}: held-out success {event.success:.3f} over {event.levels} levels"
+    if isinstance(event, Stopping):
+        return f"stopping early at step {event.step} ({event.reason})"
+    if isinstance(event, Failed):
+        return f"learner error: {event.error}"
+    if isinstance(event, RunSummary) and event.eval_start is not None and event.eval_end is not None:
+        return (f"held-out success ({cfg.run.eval_seeds} eval levels): {100 * event.eval_start:.1f}% -> "
+                f"{100 * event.eval_end:.1f}% ({event.improvement_points:+.1f} points) after {event.steps} steps")
+    return None
+
+
+class LocalRun:
+    def __init__(self, cfg: RunConfig, learner_cmd: list[str], actor_cmd: list[str], n_actors: int) -> None:
+        self.cfg = cfg
+        self.learner_cmd = learner_cmd
+        self.actor_cmd = actor_cmd
+        self.n_actors = n_actors
+        self.out = Path(cfg.run.out_dir)
+        self.logs = self.out / "logs"
+        self.actors: list[subprocess.Popen | None] = []
+        self.restarts: dict[int, int] = {}
+        self.progress: Progress | None = None
+        self.summary: RunSummary | None = None
+        self.address: str | None = None
+
+    def say(self, text: str) -> None:
+        (self.progress.write(text) if self.progress else print(text, flush=True))
+
+    def spawn_actor(self, i: int) -> subprocess.Popen:
+        log_file = open(self.logs / f"actor{i}.log", "a")
+        assert self.address is not None
+        return subprocess.Popen(
+            [*self.actor_cmd, "--address", self.address, "--id", f"actor{i}"],
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def read_events(self, learner: subprocess.Popen) -> None:
+        assert learner.stdout is not None
+        decoder = msgspec.json.Decoder(LearnerEvent)
+        for line in learner.stdout:
+            try:
+                event = decoder.decode(line)
+            except msgspec.DecodeError:
+                self.say(line.rstrip())  # not an event: something the learner's libraries printed
+                continue
+            if isinstance(event, HubReady):
+                self.address = event.address
+                self.actors = [self.spawn_actor(i) for i in range(self.n_actors)]
+                self.progress = Progress(self.out / "metrics.jsonl", self.cfg.run.steps)
+            elif isinstance(event, RunSummary):
+                self.summary = event
+            text = describe(event, self.cfg)
+            if text:
+                self.say(text)
+
+    def watch_actors(self, learner: subprocess.Popen) -> None:
+        for i, a in enumerate(self.actors):
+            if a is None or a.poll() in (None, 0):
+                continue
+            self.restarts[i] = self.restarts.get(i, 0) + 1
+            self.say(f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)")
+            if self.restarts[i] <= MAX_ACTOR_RESTARTS:
+                self.actors[i] = self.spawn_actor(i)
+                continue
+            self.actors[i] = None
+            if all(x is None for x in self.actors):
+                print(f"every actor failed {MAX_ACTOR_RESTARTS + 1} times; stopping the learner", file=sys.stderr)
+                stop_process(learner)
+
+    def run(self) -> int:
+        """Run to the end; the exit status: 0, 1 (learner failed), 130 (Ctrl-C) or 143 (SIGTERM)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        learner_log = open(self.logs / "learner.log", "a")
+        learner = subprocess.Popen(
+            self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True
+        )
+        reader = threading.Thread(target=self.read_events, args=(learner,), daemon=True)
+        reader.start()
+        interrupted = 0
+        try:
+            while learner.poll() is None:
+                time.sleep(0.2)
+                self.watch_actors(learner)
+        except KeyboardInterrupt as exc:
+            interrupted = 143 if isinstance(exc, Terminated) else 130
+            what = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+            print(f"\n{what}: asking the learner to checkpoint and stop (Ctrl-C again to kill)...", flush=True)
+            learner.send_signal(signal.SIGINT)
+            try:
+                learner.wait(timeout=GRACE_S)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                learner.kill()
+        finally:
+            reader.join(timeout=5)
+            for a in self.actors:
+                stop_process(a)
+            stop_process(learner)
+            if self.progress is not None:
+                self.progress.close()
+            learner_log.close()
+        if self.summary is not None:
+            print(f"metrics: {self.out / 'metrics.jsonl'}  curve: {self.summary.learning_curve}  logs: {self.logs}")
+        elif learner.returncode:
+            print(f"learner failed (exit {learner.returncode}); see {self.logs / 'learner.log'}", file=sys.stderr)
+        if interrupted:
+            return interrupted
+        return 0 if learner.returncode == 0 else 1
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """Terminate `proc` if it still runs, and kill it if it does not exit within `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+__all__ = ["LocalRun", "describe", "stop_process"]

@@ -1,0 +1,109 @@
+"""GRPO advantages of a step's samples, one strategy per grouping (ALGORITHM.md, "Advantages").
+
+A grouping says which samples are compared with each other; the Rust kernel
+(`atgrpo.kernels.compute_advantages`) does the arithmetic: per group, (reward - mean) / (std + eps),
+with singleton and constant groups getting 0.
+
+- `AgentTurnGrouping` (AT-GRPO): one group per (env, agent, turn), the K candidates of a tree node.
+- `TrajectoryGrouping` (the ablation): one group per env over its K whole episodes. Every sample of an
+  episode carries the episode's return; each episode counts once in the group's baseline, and all of
+  its samples get its advantage.
+
+Advantages depend only on a group's own samples, never on the rest of the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from atgrpo import kernels
+from atgrpo.messages import Sample
+
+
+@dataclass(frozen=True)
+class Advantages:
+    values: np.ndarray
+    """[N] float64, one per sample, in the order the samples were given."""
+    stats: kernels.GroupStats
+    num_groups: int
+
+    def metrics(self) -> dict[str, float]:
+        """`advantage/*` metrics of a step."""
+        adv, stats = self.values, self.stats
+        return {
+            "advantage/mean": float(adv.mean()) if adv.size else 0.0,
+            "advantage/abs_mean": float(np.abs(adv).mean()) if adv.size else 0.0,
+            "advantage/zero_frac": float((adv == 0).mean()) if adv.size else 0.0,
+            "advantage/group_std_mean": float(np.nanmean(stats.std)) if stats.std.size else 0.0,
+            "advantage/group_size_mean": float(stats.size.mean()) if stats.size.size else 0.0,
+            "advantage/singleton_groups": float(stats.num_singleton),
+            "advantage/constant_groups": float(stats.num_constant),
+            "advantage/empty_groups": float(stats.num_empty),
+            "advantage/nonfinite_rewards": float(stats.num_nonfinite),
+        }
+
+
+def _empty() -> Advantages:
+    zero = np.zeros(0)
+    return Advantages(zero, kernels.GroupStats(zero, zero, zero.astype(np.int64), 0, 0, 0, 0), 0)
+
+
+def _column(samples: Sequence[Sample], get) -> np.ndarray:
+    return np.fromiter((get(s) for s in samples), np.int64, len(samples))
+
+
+class Grouping(Protocol):
+    name: str
+
+    def advantages(self, samples: Sequence[Sample]) -> Advantages: ...
+
+
+class AgentTurnGrouping:
+    name = "agent_turn"
+
+    def advantages(self, samples: Sequence[Sample]) -> Advantages:
+        if not samples:
+            return _empty()
+        rewards = np.fromiter((s.reward for s in samples), np.float64, len(samples))
+        out = kernels.compute_advantages(
+            _column(samples, lambda s: s.key.env), _column(samples, lambda s: s.key.agent),
+            _column(samples, lambda s: s.key.turn), rewards,
+        )
+        return Advantages(out.advantages, out.stats, out.num_groups)
+
+
+class TrajectoryGrouping:
+    name = "trajectory"
+
+    def advantages(self, samples: Sequence[Sample]) -> Advantages:
+        if not samples:
+            return _empty()
+        rewards = np.fromiter((s.reward for s in samples), np.float64, len(samples))
+        # One row per (env, branch): an episode's samples share its return and count once in the baseline.
+        episodes = np.stack([_column(samples, lambda s: s.key.env), _column(samples, lambda s: s.branch)], axis=1)
+        uniq, first, inverse = np.unique(episodes, axis=0, return_index=True, return_inverse=True)
+        zeros = np.zeros(len(uniq), dtype=np.int64)
+        out = kernels.compute_advantages(uniq[:, 0], zeros, zeros, rewards[first])
+        return Advantages(out.advantages[inverse.reshape(-1)], out.stats, out.num_groups)
+
+
+GROUPINGS: dict[str, Grouping] = {g.name: g for g in (AgentTurnGrouping(), TrajectoryGrouping())}
+
+
+def grouping(name: str) -> Grouping:
+    """The grouping strategy `rollout.grouping` names."""
+    try:
+        return GROUPINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown grouping {name!r}; expected one of {sorted(GROUPINGS)}") from None
+
+
+def step_advantages(samples: Sequence[Sample], grouping_name: str) -> Advantages:
+    """Advantages of a step's samples under `rollout.grouping`."""
+    return grouping(grouping_name).advantages(samples)
+
+
+__all__ = ["Advantages", "AgentTurnGrouping", "Grouping", "TrajectoryGrouping", "grouping", "step_advantages"]

@@ -1,0 +1,198 @@
+"""The learner job: wiring of one learner rank, and the loop over training steps.
+
+Rank 0 owns the hub (actors, versions, units), the orchestrator (the data cursor, advantages,
+packing, evaluations), the metrics and all run files; every rank owns a `Trainer`. Per step:
+rank 0 collects and plans, every rank trains on its plan, rank 0 publishes the new weights and
+writes metrics; checkpoints are written by all ranks together. The loop stops after `run.steps`,
+at `run.time_limit_s`, or on SIGINT/SIGTERM (after the current step: checkpoint, final
+evaluation, actors told to shut down).
+
+Events for the launcher (`messages.LearnerEvent`) go to stdout as JSON lines; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import torch
+
+from atgrpo.config import RunConfig
+from atgrpo.learner import distributed
+from atgrpo.learner.checkpoints import (
+    RunState, check_and_write_config, latest_checkpoint, mark_latest, step_folder,
+)
+from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.ledger import VersionLedger
+from atgrpo.learner.orchestrator import Orchestrator, rollout_metrics
+from atgrpo.learner.packing import broadcast_flag, scatter_plans
+from atgrpo.learner.trainer import Trainer
+from atgrpo.messages import (
+    EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress,
+)
+from atgrpo.metrics import MetricsWriter, plot_learning_curve
+from atgrpo.paths import checkpoints_dir, out_dir
+from atgrpo.transport.endpoints import HubEndpoint, private_ipc_address
+
+log = logging.getLogger("atgrpo.learner")
+
+Prepare = Callable[[RunConfig, Callable[[str, int, int, float], None]], None]
+"""Makes every policy's initial model folder on rank 0 (`atgrpo.warmstart.prepare.prepare_models`),
+reporting (policy, step, steps, loss) of its warm start."""
+
+
+def emit(event: LearnerEvent) -> None:
+    sys.stdout.write(msgspec.json.encode(event).decode() + "\n")
+    sys.stdout.flush()
+
+
+def run_learner(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | None:
+    """Run the learner job of `cfg` on this rank; rank 0 returns the run's summary."""
+    try:
+        return _run(cfg, address, prepare)
+    except BaseException as exc:
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            emit(Failed(f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | None:
+    if cfg.launch.learner_threads:
+        torch.set_num_threads(cfg.launch.learner_threads)
+    torch.manual_seed(cfg.run.seed)
+    rank, world = 0, 1
+    if distributed.launched() or cfg.train.backend == "deepspeed":
+        env = distributed.init_distributed_from_env(timeout_s=cfg.transport.step_timeout_s)
+        rank, world = env.rank, env.world_size
+    checkpoint = latest_checkpoint(checkpoints_dir(cfg)) if cfg.run.resume else None
+    if rank == 0:
+        check_and_write_config(cfg, out_dir(cfg), resuming=checkpoint is not None)
+        prepare(cfg, lambda p, step, steps, loss: emit(WarmStartProgress(p, step, steps, loss)))
+    if world > 1:
+        torch.distributed.barrier()
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        log.warning("signal %d: stopping after the current step", signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    trainer = Trainer(cfg, rank, world)
+    state = RunState(0, dict(trainer.versions), None)
+    if checkpoint is not None:
+        state = trainer.load(checkpoint)
+        log.info("resumed from %s at step %d, versions %s", checkpoint, state.step, state.versions)
+        if rank == 0:
+            emit(Resumed(str(checkpoint), state.step))
+    if rank != 0:
+        _train_loop(cfg, trainer, state, None, stop)
+        return None
+    endpoint = HubEndpoint(
+        address or cfg.transport.endpoint or private_ipc_address(out_dir(cfg) / "ipc"),
+        max_message_bytes=cfg.transport.max_message_bytes,
+    )
+    ledger = VersionLedger(cfg.run.name, dict(state.versions), cfg.train.max_staleness)
+    hub = Hub(endpoint, ledger, unit_timeout_s=cfg.transport.unit_timeout_s, keep_versions=cfg.train.max_staleness + 1)
+    hub.start()
+    emit(HubReady(hub.endpoint.address))
+    rank0 = _Rank0(cfg, hub, Orchestrator(cfg, hub, trainer.pad_ids, world))
+    try:
+        summary = _train_loop(cfg, trainer, state, rank0, stop)
+    finally:
+        hub.stop("training finished")
+        rank0.metrics.close()
+    assert summary is not None
+    png = plot_learning_curve(out_dir(cfg) / "metrics.jsonl", out_dir(cfg) / "learning_curve.png", title=cfg.run.name)
+    summary.learning_curve = str(png)
+    if summary.improvement_points is not None:
+        log.info("held-out success: %.1f%% -> %.1f%% (%+.1f points)", 100 * summary.eval_start, 100 * summary.eval_end,
+                 summary.improvement_points)
+    (out_dir(cfg) / "eval.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2))
+    emit(summary)
+    return summary
+
+
+class _Rank0:
+    """What only rank 0 has: the hub, the orchestrator and the metrics sinks."""
+
+    def __init__(self, cfg: RunConfig, hub: Hub, orchestrator: Orchestrator) -> None:
+        self.hub = hub
+        self.orchestrator = orchestrator
+        self.metrics = MetricsWriter(out_dir(cfg), tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb)
+
+    def evaluate(self, label: str, step: int) -> EvalSummary:
+        summary = self.orchestrator.evaluate(label, step)
+        emit(summary)
+        self.metrics.write(step, summary.metrics())
+        return summary
+
+
+def _publish(trainer: Trainer, rank0: _Rank0 | None) -> dict[str, float]:
+    weights, out = trainer.export()  # every rank: a collective under ZeRO-3
+    if rank0 is not None:
+        for p, tensors in weights.items():
+            rank0.hub.publish(p, trainer.versions[p], tensors)
+    return out
+
+
+def _save(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None) -> None:
+    folder = step_folder(checkpoints_dir(cfg), state.step)
+    trainer.save(folder, state if rank0 is not None else None)
+    if trainer.world > 1:
+        torch.distributed.barrier()  # every rank's part is on disk before the checkpoint is marked complete
+    if rank0 is not None:
+        mark_latest(folder)
+
+
+def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None, stop: threading.Event) -> RunSummary | None:
+    _publish(trainer, rank0)
+    if rank0 is not None and state.eval_start is None:  # a resumed run keeps the evaluation of its step 0
+        state.eval_start = rank0.evaluate("start", state.step).success
+    start = time.monotonic()
+    while state.step < cfg.run.steps:
+        timed_out = cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s
+        if broadcast_flag(stop.is_set() or timed_out, trainer.world):
+            log.info("stopping early at step %d", state.step)
+            if rank0 is not None:
+                emit(Stopping(state.step, "signal" if stop.is_set() else "time limit"))
+            break
+        data: StepData | None = None
+        plans = None
+        metrics: dict[str, Any] = {}
+        if rank0 is not None:
+            data = rank0.orchestrator.collect(state.step)
+            plans, adv = rank0.orchestrator.plan(data)
+            metrics.update(adv.metrics())
+            metrics.update({"learner/groups": float(adv.num_groups), "learner/samples": float(len(data.samples))})
+        metrics.update(trainer.train(scatter_plans(plans, trainer.rank, trainer.world)))
+        state.step += 1
+        state.versions = dict(trainer.versions)
+        metrics.update(_publish(trainer, rank0))
+        if rank0 is not None:
+            assert data is not None
+            metrics.update(rollout_metrics(data))
+            metrics.update(rank0.hub.metrics())
+            rank0.metrics.write(state.step, metrics)
+            if cfg.run.eval_every and state.step % cfg.run.eval_every == 0 and state.step < cfg.run.steps:
+                rank0.evaluate(f"step {state.step}", state.step)
+        if cfg.run.checkpoint_every and state.step % cfg.run.checkpoint_every == 0:
+            _save(cfg, trainer, state, rank0)
+    _save(cfg, trainer, state, rank0)
+    if rank0 is None:
+        return None
+    end = rank0.evaluate("end", state.step).success
+    start_s = state.eval_start
+    gain = round(100 * (end - start_s), 1) if start_s is not None else None
+    return RunSummary(steps=state.step, eval_start=start_s, eval_end=end, improvement_points=gain)
+
+
+__all__ = ["emit", "run_learner"]
