@@ -12,7 +12,7 @@ import pytest
 from atgrpo.data import load_math_problems
 from atgrpo.errors import AtgrpoError
 from atgrpo.verify import MathVerifier, Reason, VerifierStartError, answers_agree, verify_math
-from atgrpo.verify import math as verify_module
+from atgrpo.verify import workers as workers_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ def test_module_level_helpers() -> None:
 def test_worker_that_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "worker.py"
     bad.write_text("import sys\nsys.exit(3)\n")
-    monkeypatch.setattr(verify_module, "_WORKER", bad)
+    monkeypatch.setattr(workers_module, "WORKER_SCRIPT", bad)
     v = MathVerifier(startup_timeout_s=30)
     with pytest.raises(VerifierStartError, match="exit code 3") as info:
         v.verify("\\boxed{\\sqrt{2}}", "\\sqrt{2}")

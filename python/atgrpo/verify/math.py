@@ -23,27 +23,20 @@ import asyncio
 import atexit
 import enum
 import itertools
-import os
 import select
-import struct
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 import msgspec
 
 from atgrpo.verify.errors import VerifierStartError
 from atgrpo.verify.extract import clean_answer, extract_answer
 from atgrpo.verify.numbers import fast_compare
-
-_WORKER = Path(__file__).with_name("_worker.py")
-
+from atgrpo.verify.workers import WorkerProcess
 
 class Reason(enum.StrEnum):
     EQUAL = "equal"
@@ -84,100 +77,6 @@ class _Job:
     """Request id on the wire, unique per process: a late reply to an abandoned job is never misread."""
 
 
-class _Worker:
-    """One worker process and its pipe state. Used by one call at a time (the pool hands it out)."""
-
-    def __init__(self, args: list[str], startup_timeout_s: float) -> None:
-        self.args = args
-        self.startup_timeout_s = startup_timeout_s
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.buf = bytearray()
-        self.ready = False
-        self.start_deadline = 0.0
-        self.version = ""
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def spawn(self) -> None:
-        self.kill()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", str(_WORKER), *self.args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-        )
-        os.set_blocking(self.fileno(), False)
-        self.buf.clear()
-        self.ready = False
-        self.start_deadline = time.monotonic() + self.startup_timeout_s
-
-    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
-        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
-        return self.proc.stdin, self.proc.stdout
-
-    def fileno(self) -> int:
-        return self._pipes()[1].fileno()
-
-    def send(self, msg: dict) -> bool:
-        body = msgspec.msgpack.encode(msg)
-        try:
-            stdin = self._pipes()[0]
-            stdin.write(struct.pack(">I", len(body)) + body)
-            stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
-
-    def read(self) -> tuple[list[dict], bool]:
-        """Frames available now, and whether the pipe reached EOF (the process is gone)."""
-        eof = False
-        while True:
-            try:
-                chunk = os.read(self.fileno(), 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                eof = True
-                break
-            self.buf += chunk
-        frames = []
-        while len(self.buf) >= 4:
-            n = struct.unpack(">I", self.buf[:4])[0]
-            if len(self.buf) < 4 + n:
-                break
-            frames.append(msgspec.msgpack.decode(bytes(self.buf[4 : 4 + n])))
-            del self.buf[: 4 + n]
-        return frames, eof
-
-    def kill(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for f in self._pipes():
-            try:
-                f.close()
-            except OSError:
-                pass
-        self.proc = None
-        self.ready = False
-
-    def stop(self) -> None:
-        """Close stdin (the worker exits on EOF); kill it if it does not go quickly."""
-        if self.proc is None:
-            return
-        try:
-            self._pipes()[0].close()
-            self.proc.wait(timeout=2)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
-
 class MathVerifier:
     """A pool of Math-Verify workers plus the in-process fast path. See the module docstring.
 
@@ -206,7 +105,7 @@ class MathVerifier:
         self.latency_cap_s = latency_cap_s
         self.fast_path = fast_path
         self.max_answer_chars = max_answer_chars
-        self._all = [_Worker(args, startup_timeout_s) for _ in range(workers)]
+        self._all = [WorkerProcess(args, startup_timeout_s) for _ in range(workers)]
         self._idle = list(self._all)
         self._cond = threading.Condition()
         self._closed = False
@@ -301,7 +200,7 @@ class MathVerifier:
             for k, v in deltas.items():
                 self._counts[k] += v
 
-    def _checkout(self, n: int, wait_all: bool = False) -> list[_Worker]:
+    def _checkout(self, n: int, wait_all: bool = False) -> list[WorkerProcess]:
         with self._cond:
             need = n if wait_all else 1
             while len(self._idle) < need and not self._closed:
@@ -311,7 +210,7 @@ class MathVerifier:
             taken, self._idle = self._idle[:n], self._idle[n:]
             return taken
 
-    def _checkin(self, workers: list[_Worker]) -> None:
+    def _checkin(self, workers: list[WorkerProcess]) -> None:
         with self._cond:
             self._idle.extend(workers)
             self._cond.notify_all()
@@ -331,14 +230,14 @@ class MathVerifier:
             self._checkin(workers)
         return results
 
-    def _restart(self, w: _Worker) -> None:
+    def _restart(self, w: WorkerProcess) -> None:
         self._count(restarts=1)
         w.spawn()
 
-    def _drive(self, workers: list[_Worker], pending: deque[_Job], results: list, wait_ready: bool = False) -> None:
+    def _drive(self, workers: list[WorkerProcess], pending: deque[_Job], results: list, wait_ready: bool = False) -> None:
         """Feed `pending` to `workers` until every job has a result (and, with `wait_ready`, every worker
         has said hello; otherwise a restarted worker finishes starting while it sits in the pool)."""
-        inflight: dict[_Worker, tuple[_Job, float]] = {}
+        inflight: dict[WorkerProcess, tuple[_Job, float]] = {}
         try:
             self._loop(workers, pending, results, inflight, wait_ready)
         except BaseException:
