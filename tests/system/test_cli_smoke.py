@@ -91,6 +91,8 @@ def test_tiny_run_writes_everything(reference_run: Run) -> None:
     assert [r["step"] for r in rows if "eval/success" in r] == [0, REFERENCE_STEPS]
     assert sorted(reference_run.train_rows()) == list(range(1, REFERENCE_STEPS + 1))
     assert all(r["hub/rejected_total"] == 0.0 for r in reference_run.train_rows().values())
+    # Strict on-policy: every trained sample was made by the current weights.
+    assert all(r["rollout/staleness_max"] == 0.0 for r in reference_run.train_rows().values())
 
 
 @pytest.mark.parametrize(

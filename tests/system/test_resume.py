@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import torch
 
-from systest_util import REFERENCE_STEPS, Processes, Run, read_rows, run_direct, tiny_sets, train_rows
+from systest_util import (
+    REFERENCE_STEPS, Processes, Run, child_env, module_cmd, read_rows, run_direct, set_args, tiny_sets, train_rows,
+)
 
 SAME = (
     "rollout/samples", "rollout/reward_mean", "rollout/reward_team_mean", "rollout/reward_local_mean",
@@ -43,6 +46,13 @@ def test_stop_and_resume_equals_straight_run(tmp_path: Path, processes: Processe
     out = tmp_path / "split"
     run_direct(out, tiny_sets(out, run__steps=2, run__checkpoint_every=2), processes)
     assert os.readlink(out / "checkpoints/latest") == "step_000002"
+    # Resuming with a config that changes what is learned is refused before anything is loaded.
+    changed = subprocess.run(
+        module_cmd("atgrpo.cli.learner", *set_args(tiny_sets(out, run__steps=4, rollout__k=2))),
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )
+    assert changed.returncode == 2, changed.stderr[-3000:]
+    assert "rollout.k changed" in changed.stderr and '{"type":"failed"' in changed.stdout
     log = run_direct(out, tiny_sets(out, run__steps=4, run__checkpoint_every=2), processes)
     assert "resumed from" in log and "at step 2" in log
 

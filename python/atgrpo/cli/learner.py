@@ -19,10 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     setup_logging("learner")
+    from atgrpo.errors import ConfigChangedError
     from atgrpo.learner.job import run_learner
     from atgrpo.warmstart.prepare import prepare_models
 
-    run_learner(cfg, args.address, prepare=prepare_models)
+    try:
+        run_learner(cfg, args.address, prepare=prepare_models)
+    except ConfigChangedError as exc:
+        print(f"atgrpo-learner: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -63,6 +63,8 @@ class StepData:
     timings: UnitTimings
     """Summed over the step's units, so over all actors."""
     wall_s: float
+    staleness: list[int] = field(default_factory=list)
+    """Per sample, how many versions behind its policy's current one it was when the step ended."""
 
 
 @dataclass
@@ -165,7 +167,8 @@ class Hub:
                     )
                 self._changed.wait(poll_s)
             samples, envs = in_step_order(rnd.samples, rnd.envs)
-            return StepData(rnd.step, samples, envs, rnd.timings, time.monotonic() - rnd.started)
+            return StepData(rnd.step, samples, envs, rnd.timings, time.monotonic() - rnd.started,
+                            [self.ledger.staleness(s) for s in samples])
 
     def stop(self, reason: str, *, drain_s: float = 5.0) -> None:
         """Tell every actor that asks to shut down (for up to `drain_s`), then stop serving."""

@@ -32,7 +32,7 @@ class VersionLedger:
             return "unknown_policy"
         if sample.version > current:
             return "future_version"
-        if current - sample.version > self.max_staleness:
+        if self.staleness(sample) > self.max_staleness:
             return "stale"
         return None
 

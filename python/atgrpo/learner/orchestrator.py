@@ -90,6 +90,9 @@ def rollout_metrics(data: StepData) -> dict[str, float]:
         out["rollout/samples"] = float(len(samples))
         for role in sorted({s.role for s in samples}):
             out[f"rollout/{role}/reward_mean"] = float(np.mean([s.reward for s in samples if s.role == role]))
+        if data.staleness:
+            out["rollout/staleness_mean"] = float(np.mean(data.staleness))
+            out["rollout/staleness_max"] = float(np.max(data.staleness))
     if envs:
         out["rollout/success"] = float(np.mean([e.success for e in envs]))
         out["rollout/episode_return"] = float(np.mean([e.episode_return for e in envs]))
