@@ -30,14 +30,29 @@ def test_every_event_round_trips_and_reads_as_a_line(event: LearnerEvent, text: 
 
 
 def print_commands(capsys, *args: str) -> list[str]:
+    """The printed learner and actor commands."""
     assert train_main(["--print-commands", *args]) == 0
-    return [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    lines = capsys.readouterr().out.splitlines()
+    return [next(x for x in lines if x.startswith(f"atgrpo-{who} ")) for who in ("learner", "actor")]
 
 
 def test_printed_commands_use_the_configured_address(capsys) -> None:
     learner, actor = print_commands(capsys)
-    assert learner.endswith(f"--address tcp://0.0.0.0:{DEFAULT_PORT}") and actor.endswith(f"tcp://LEARNER_HOST:{DEFAULT_PORT}")
+    assert f"--address tcp://0.0.0.0:{DEFAULT_PORT} " in learner and f"tcp://LEARNER_HOST:{DEFAULT_PORT} " in actor
     learner, actor = print_commands(capsys, "--set", 'transport.endpoint="tcp://0.0.0.0:6123"')
-    assert learner.endswith("--address tcp://0.0.0.0:6123") and actor.endswith("tcp://LEARNER_HOST:6123")
+    assert "--address tcp://0.0.0.0:6123 " in learner and "tcp://LEARNER_HOST:6123 " in actor
     learner, actor = print_commands(capsys, "--address", "tcp://10.0.0.5:7001")
-    assert learner.endswith("--address tcp://10.0.0.5:7001") and actor.endswith("tcp://LEARNER_HOST:7001")
+    assert "--address tcp://10.0.0.5:7001 " in learner and "tcp://LEARNER_HOST:7001 " in actor
+
+
+def test_printed_commands_set_up_curve_keys_unless_insecure(capsys) -> None:
+    assert train_main(["--print-commands"]) == 0
+    out = capsys.readouterr().out
+    assert "atgrpo-keys init keys" in out and "atgrpo-keys bundle keys actor actor-keys" in out
+    learner, actor = print_commands(capsys)
+    assert learner.endswith("--curve-keys keys") and actor.endswith("--curve-keys actor-keys")
+    learner, actor = print_commands(capsys, "--curve-keys", "/srv/run-keys")
+    assert "--curve-keys /srv/run-keys" in learner
+    assert train_main(["--print-commands", "--set", "transport.insecure=true"]) == 0
+    out = capsys.readouterr().out
+    assert "atgrpo-keys" not in out and "--curve-keys" not in out and "insecure" in out

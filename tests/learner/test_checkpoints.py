@@ -70,3 +70,43 @@ def test_resume_refuses_a_config_that_changes_what_is_learned(tmp_path: Path) ->
     asked = load_config(None, [f'run.out_dir="{out}"', "rollout.k=8", "run.allow_config_change=true"])
     check_and_write_config(asked, out, resuming=True)
     assert load_config(out / "config.toml").rollout.k == 8
+
+
+def _mount_tmpfs(where: Path, size_bytes: int) -> bool:
+    import subprocess
+
+    if os.geteuid() != 0:
+        return False
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint that does not fit is removed and reported; `latest` still names the previous one,
+    which loads."""
+    import subprocess
+
+    from atgrpo.errors import CheckpointWriteError
+    from atgrpo.learner.trainer import Trainer
+    from atgrpo.models.tiny import build_tiny_model
+
+    model_dir = tmp_path / "model"
+    cfg0 = load_config(None, [f'run.out_dir="{tmp_path / "sizing"}"', f'policies.shared.path="{model_dir}"'])
+    build_tiny_model(cfg0.policies["shared"].tiny, model_dir)
+    sizing = Trainer(cfg0).checkpoint(tmp_path / "sizing", RunState(1, {"shared": 1}, 0.5), rank0=True)
+    one = sum(f.stat().st_size for f in sizing.rglob("*") if f.is_file())
+    small = tmp_path / "small"
+    if not _mount_tmpfs(small, one + one // 2):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        cfg = load_config(None, [f'run.out_dir="{small}"', f'policies.shared.path="{model_dir}"'])
+        trainer = Trainer(cfg)
+        first = trainer.checkpoint(small / "checkpoints", RunState(1, {"shared": 1}, 0.5), rank0=True)
+        with pytest.raises(CheckpointWriteError, match=r"step_000002.*still .*step_000001"):
+            trainer.checkpoint(small / "checkpoints", RunState(2, {"shared": 2}, 0.5), rank0=True)
+        assert latest_checkpoint(small / "checkpoints") == first
+        assert not (small / "checkpoints" / "step_000002").exists()  # no half-written folder left
+        assert Trainer(cfg).load(first) == RunState(1, {"shared": 1}, 0.5)
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)

@@ -92,3 +92,41 @@ def test_killed_actor_mid_unit_changes_nothing_but_time(
     ref = torch.load(reference_run.out_dir / f"checkpoints/step_{STEPS:06d}/shared/learner.pt", weights_only=True)["model"]
     assert mine.keys() == ref.keys()
     assert all(torch.equal(mine[k], ref[k]) for k in ref)
+
+
+def test_killed_actor_mid_weight_transfer_changes_nothing_but_time(
+    tmp_path: Path, processes: Processes, reference_run: Run
+) -> None:
+    """The victim dies with the weights of version 1 on the wire: its unit is reassigned, the hub
+    never notices more than a silent peer, and the run trains on the samples of a run without it."""
+    out = tmp_path / "run"
+    out.mkdir()
+    sets = set_args(tiny_sets(out, run__steps=STEPS, transport__unit_timeout_s=UNIT_TIMEOUT_S))
+    address = hub_address(out)
+    marker = tmp_path / "victim-is-receiving-weights"
+    learner_log = tmp_path / "learner.log"
+    learner = processes.start(module_cmd("atgrpo.cli.learner", *sets, "--address", address), learner_log)
+    victim = processes.start(
+        [sys.executable, str(HARNESS), "freeze-weights", str(marker), *sets, "--address", address, "--id", "victim"],
+        tmp_path / "victim.log",
+    )
+    version = int(wait_for(lambda: marker.exists() and marker.read_text().strip(), 150,
+                           "the victim to be receiving new weights", victim))
+    assert version == 1
+    survivor = processes.start(module_cmd("atgrpo.cli.actor", *sets, "--address", address, "--id", "survivor"),
+                               tmp_path / "survivor.log")
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    try:
+        rc = learner.wait(timeout=150)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"learner did not finish after the kill:\n{learner_log.read_text()[-4000:]}")
+    assert rc == 0, learner_log.read_text()[-4000:]
+    assert survivor.wait(timeout=30) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    assert "actor victim silent" in learner_log.read_text()
+
+    got, want = train_rows(out / "metrics.jsonl"), reference_run.train_rows()
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for s in got:
+        mismatched = {k: (got[s].get(k), want[s].get(k)) for k in SAME if got[s].get(k) != want[s].get(k)}
+        assert not mismatched, f"step {s} differs from the run without a kill: {mismatched}"

@@ -45,15 +45,16 @@ def test_print_commands(tmp_path: Path) -> None:
                           timeout=60, env=child_env())
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line and not line.startswith("#")]
-    assert len(lines) == 2, done.stdout
-    learner, actor = (shlex.split(line) for line in lines)
-    assert learner[0] == "atgrpo-learner" and learner[-2:] == ["--address", "tcp://0.0.0.0:5555"]
-    assert actor[0] == "atgrpo-actor" and actor[-2:] == ["--address", "tcp://LEARNER_HOST:5555"]
-    # Pasted into a shell, both commands load exactly the launcher's config.
+    assert len(lines) == 4, done.stdout  # two key commands, then the learner and the actor
+    keys_init, keys_bundle, learner, actor = (shlex.split(line.split("#")[0]) for line in lines)
+    assert keys_init == ["atgrpo-keys", "init", "keys"] and keys_bundle == ["atgrpo-keys", "bundle", "keys", "actor", "actor-keys"]
+    assert learner[0] == "atgrpo-learner" and learner[-4:] == ["--address", "tcp://0.0.0.0:5555", "--curve-keys", "keys"]
+    assert actor[0] == "atgrpo-actor" and actor[-4:] == ["--address", "tcp://LEARNER_HOST:5555", "--curve-keys", "actor-keys"]
+    # Pasted into a shell, both commands load exactly the launcher's config, plus their key folder.
     want = load_config(None, sets)
-    for argv in (learner, actor):
-        args = config_parser(argv[0], "").parse_args(argv[1:-2])  # without the --address pair
-        assert load_run_config(args) == want
+    for argv, folder in ((learner, "keys"), (actor, "actor-keys")):
+        args = config_parser(argv[0], "").parse_args([*argv[1:-4], *argv[-2:]])  # without the --address pair
+        assert load_run_config(args) == want.model_copy(update={"transport": want.transport.model_copy(update={"curve_keys": folder})})
     assert want.run.name == "my run"
     assert not (tmp_path / "out").exists()  # nothing was started
 

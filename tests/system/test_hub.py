@@ -2,12 +2,15 @@
 `ActorClient`s speaking raw protocol messages (no model, no engine).
 
 Covers the handshake, units, leases and reassignment of a silent actor's unit (its staged samples
-dropped, its late batches refused), the version check on intake, weights serving, bad frames, and
-the stall timeout of `wait_round`.
+dropped, its late batches refused), the version check on intake, the intake checks (a hostile peer's
+units refused and the peer cut off while an honest one completes the step; an over-budget group
+dropped whole), weights serving, bad frames, and the stall timeout of `wait_round`.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +22,7 @@ import torch
 import zmq
 
 from atgrpo.learner.hub import Hub
+from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.messages import (
     PROTOCOL_VERSION,
@@ -45,6 +49,13 @@ from atgrpo.transport.errors import UnexpectedReply
 RUN = "hub-test"
 K = 2
 """Samples per env in these tests (one per branch)."""
+VOCAB = 100
+LIMITS = IntakeLimits(
+    roles=("tool", "plan"), role_policy={"tool": "shared", "plan": "shared"},
+    policies={"shared": PolicyLimits(VOCAB, context_length=64)}, turns=4, k=K, tree=True, trajectory=False,
+    max_new_tokens=8, micro_batch_tokens=32,
+)
+"""Tree sampling, K branches; the samples of `unit_samples` are one "plan" group per env."""
 
 
 @pytest.fixture
@@ -52,10 +63,11 @@ def make_hub(tmp_path: Path) -> Iterator[Callable[..., Hub]]:
     hubs: list[Hub] = []
 
     def make(versions: dict[str, int] | None = None, *, unit_timeout_s: float = 30.0, max_staleness: int = 0,
-             keep_versions: int = 1) -> Hub:
+             keep_versions: int = 1, max_refused_units: int = 3) -> Hub:
         endpoint = HubEndpoint(private_ipc_address(tmp_path / f"ipc{len(hubs)}"))
         ledger = VersionLedger(RUN, versions or {"shared": 0}, max_staleness)
-        hub = Hub(endpoint, ledger, unit_timeout_s=unit_timeout_s, keep_versions=keep_versions, retry_after_s=0.01)
+        hub = Hub(endpoint, ledger, limits=LIMITS, unit_timeout_s=unit_timeout_s, keep_versions=keep_versions,
+                  retry_after_s=0.01, max_refused_units=max_refused_units)
         hub.start()
         hubs.append(hub)
         return hub
@@ -64,6 +76,7 @@ def make_hub(tmp_path: Path) -> Iterator[Callable[..., Hub]]:
     for hub in hubs:
         hub.stop("test over", drain_s=0.0)
         assert hub._error is None, f"hub thread failed: {hub._error!r}"
+        assert "hub/handler_errors" not in hub.metrics(), "a message tripped the hub"
 
 
 @pytest.fixture
@@ -250,6 +263,100 @@ def test_a_batch_for_a_unit_never_leased_is_refused(make_hub, connect) -> None:
     assert hub.metrics()["hub/orphan_batches"] == 2.0
     finish(a, unit, tag=1)
     assert all(s.response_ids == [1, 1] for s in hub.wait_round(stall_timeout_s=5.0).samples)
+
+
+# -- intake checks ------------------------------------------------------------------------------------
+
+
+def corrupt(samples: list[Sample], i: int, **changes: object) -> list[Sample]:
+    return [msgspec.structs.replace(s, **changes) if j == i else s for j, s in enumerate(samples)]
+
+
+def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the_step(make_hub, connect, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="atgrpo.hub")
+    hub = make_hub(max_refused_units=5)
+    evil, good = connect(hub, "evil"), connect(hub, "good")
+    hello(evil), hello(good)
+    hub.open_round(0, [10, 11, 12, 13, 14, 15], 2, split="train", greedy=False)
+    first, held = take_unit(evil), take_unit(evil)
+    # A well-formed first group is staged; the garbage that follows refuses the unit, that group too.
+    ok = unit_samples(first, tag=6)
+    assert evil.request(SampleBatch("evil", first.unit_id, ok[:K], last=False)) == SampleAck(first.unit_id, K, 0)
+    garbage = [
+        ("out_of_vocab", lambda g: corrupt(g, 0, prompt_ids=[7, VOCAB + 3, 9])),
+        ("logprob_count", lambda g: corrupt(g, 1, logprobs=[-0.1])),
+        ("out_of_vocab", lambda g: corrupt(g, 0, response_ids=[-1, 6])),  # again: counted, not logged again
+        ("key_outside_unit", lambda g: corrupt(g, 0, key=GroupKey(first.env_offset + 2, 1, 0))),
+        ("nonfinite_logprob", lambda g: corrupt(g, 1, logprobs=[math.nan, -0.1])),
+    ]
+    for n, (reason, spoil) in enumerate(garbage):
+        unit = first if n == 0 else take_unit(evil)
+        assert unit == first  # a refused unit goes back to the front of the queue
+        reply = evil.request(SampleBatch("evil", unit.unit_id, spoil(unit_samples(unit, tag=6)[K:]), last=False))
+        assert isinstance(reply, Refused) and f"unit {first.unit_id} refused: {reason}" in reply.reason, reply
+    # Cut off after 5 refused units: the unit it still held is back in the queue at once, and its id
+    # and its connection (whatever id it claims) get Shutdown / Refused from now on.
+    assert "evil" in hub.cut_off and "evil" not in hub.actors
+    assert isinstance(evil.request(WorkRequest("evil")), Shutdown)
+    late = evil.request(SampleBatch("evil", held.unit_id, unit_samples(held, tag=6), last=True, env_results=env_results(held)))
+    assert isinstance(late, Refused) and "cut off" in late.reason
+    assert isinstance(evil.request(WorkRequest("someone-else")), Shutdown)
+    assert isinstance(hello(evil), Refused)
+
+    units = [take_unit(good) for _ in range(3)]
+    assert len({u.unit_id for u in units}) == 3 and {first.unit_id, held.unit_id} <= {u.unit_id for u in units}
+    for u in units:
+        finish(good, u, tag=2)
+    data = hub.wait_round(stall_timeout_s=5.0)
+    assert len(data.samples) == 6 * K and all(s.response_ids == [2, 2] for s in data.samples)
+    assert [e.env for e in data.envs] == list(range(6))
+    m = hub.metrics()
+    assert (m["hub/rejected_out_of_vocab"], m["hub/rejected_logprob_count"], m["hub/rejected_key_outside_unit"],
+            m["hub/rejected_nonfinite_logprob"], m["hub/rejected_total"]) == (2.0, 1.0, 1.0, 1.0, 5.0)
+    assert (m["hub/units_refused"], m["hub/peers_cut_off"], m["hub/units_reassigned"]) == (5.0, 1.0, 1.0)
+    assert m["hub/samples_dropped"] == K and m["hub/cut_off_messages"] == 4.0 and m["hub/actors"] == 1.0
+    logged = [r.getMessage() for r in caplog.records if r.name == "atgrpo.hub" and "actor evil" in r.getMessage()]
+    assert sum("unit refused" in line for line in logged) == 4  # once per (peer, reason)
+    assert sum("cut off" in line for line in logged) == 1
+
+
+def test_an_over_budget_group_is_dropped_whole_and_the_rest_of_the_unit_kept(make_hub, connect) -> None:
+    hub = make_hub()
+    a = connect(hub, "a")
+    hello(a)
+    hub.open_round(0, [1, 2], 2, split="train", greedy=False)
+    unit = take_unit(a)
+    samples = unit_samples(unit, tag=3)
+    # 42 tokens: within the model's context (an honest actor can send it), over train.micro_batch_tokens.
+    long = msgspec.structs.replace(samples[1], prompt_ids=[7] * 40)
+    assert a.request(SampleBatch("a", unit.unit_id, samples[:1], last=False)) == SampleAck(unit.unit_id, 1, 0)
+    assert a.request(SampleBatch("a", unit.unit_id, [long], last=False)) == SampleAck(unit.unit_id, 0, 1)
+    ack = a.request(SampleBatch("a", unit.unit_id, samples[K:], last=True, env_results=env_results(unit)))
+    assert ack == SampleAck(unit.unit_id, K, 0)
+    data = hub.wait_round(stall_timeout_s=5.0)
+    assert [s.key.env for s in data.samples] == [1] * K  # env 0's group left whole, the sample staged first too
+    m = hub.metrics()
+    assert (m["hub/rejected_over_budget"], m["hub/samples_dropped"], m["hub/units_refused"]) == (1.0, 2.0, 0.0)
+    assert not hub.cut_off
+
+
+def test_a_unit_is_checked_whole_with_its_last_batch(make_hub, connect) -> None:
+    hub = make_hub()
+    a = connect(hub, "a")
+    hello(a)
+    hub.open_round(0, [1, 2], 2, split="train", greedy=False)
+    unit = take_unit(a)
+    samples = unit_samples(unit, tag=4)
+    reply = a.request(SampleBatch("a", unit.unit_id, samples[:-1], last=True, env_results=env_results(unit)))
+    assert isinstance(reply, Refused) and "group_incomplete" in reply.reason  # a half group never trains
+    unit = take_unit(a)
+    reply = a.request(SampleBatch("a", unit.unit_id, samples, last=True, env_results=env_results(unit)[:1]))
+    assert isinstance(reply, Refused) and "env_results" in reply.reason
+    finish(a, take_unit(a), tag=4)  # two refusals: below the bound, still served
+    assert len(hub.wait_round(stall_timeout_s=5.0).samples) == 2 * K
+    m = hub.metrics()
+    assert (m["hub/rejected_group_incomplete"], m["hub/rejected_env_results"], m["hub/units_refused"]) == (1.0, 1.0, 2.0)
+    assert m["hub/peers_cut_off"] == 0.0
 
 
 # -- weights ----------------------------------------------------------------------------------------

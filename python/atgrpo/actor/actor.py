@@ -4,7 +4,9 @@ One actor process holds one rollout engine per policy it serves and runs one uni
 trains and never decides versions: a `WorkUnit` names the version of every policy, and the actor
 fetches those weights (pull: an actor that joined late or missed a publish just asks) before it
 generates a single token. Every hub round trip has a timeout (`transport.request_timeout_s`); when it
-passes, the actor exits with an error naming what it waited for instead of hanging. An actor too
+passes, the hub is taken as gone: the actor drops the unit in hand and says Hello again with backoff
+(a restarted learner resumes on the same address) for up to `transport.reconnect_s`, then exits with
+an error naming what it waited for instead of hanging. An actor too
 slow for its lease (`transport.unit_timeout_s`) finds its next batch of the unit refused: it drops
 that unit (the hub has given it to another actor) and asks for the next one.
 """
@@ -36,11 +38,20 @@ from atgrpo.messages import (
 )
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
+from atgrpo.transport.errors import TransportTimeout
+from atgrpo.transport.security import require_keys
 from atgrpo.units import unit_seed
 from atgrpo.workflows.factory import make_workflow
 from atgrpo.workflows.base import PolicyHandle
 
 log = logging.getLogger("atgrpo.actor")
+
+RECONNECT_FIRST_S = 0.5
+"""First wait before saying Hello again to a silent hub; doubled after each try."""
+RECONNECT_MAX_S = 8.0
+"""Longest wait between two tries."""
+RECONNECT_PROBE_S = 5.0
+"""How long one Hello of a rejoin waits for the answer (at most `transport.request_timeout_s`)."""
 
 
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
@@ -55,8 +66,11 @@ class Actor:
     def __init__(self, cfg: RunConfig, address: str, actor_id: str | None = None) -> None:
         self.cfg = cfg
         self.actor_id = actor_id or f"actor-{os.uname().nodename}-{os.getpid()}"
+        tp = cfg.transport
+        require_keys(address, tp.curve_keys, tp.insecure, "actor")
         self.client = ActorClient(
-            address, self.actor_id, timeout_s=cfg.transport.request_timeout_s, max_message_bytes=cfg.transport.max_message_bytes
+            address, self.actor_id, timeout_s=tp.request_timeout_s, max_message_bytes=tp.max_message_bytes,
+            curve_keys=tp.curve_keys, curve_actor=tp.curve_actor,
         )
         self.workflow = make_workflow(cfg)
         self.policies = sorted(set(cfg.role_policy.values()))
@@ -64,6 +78,7 @@ class Actor:
         self.idle_s = 0.0
         self.sync_s = 0.0
         self.units_lost = 0
+        self.rejoins = 0
         self.sampling = training_sampling(cfg.rollout)
 
     def _ask(self, msg):
@@ -72,21 +87,71 @@ class Actor:
             raise ActorError(f"hub refused {type(msg).__name__}: {reply.reason}")
         return reply
 
-    def run(self, max_units: int | None = None) -> int:
-        """Serve until the hub says `Shutdown` (or `max_units` units); returns the number of units done."""
-        welcome = self._ask(Hello(PROTOCOL_VERSION, self.actor_id, self.cfg.run.name, self.policies))
+    def _join(self, timeout_s: float | None = None) -> Welcome:
+        welcome = self.client.request(Hello(PROTOCOL_VERSION, self.actor_id, self.cfg.run.name, self.policies), timeout_s)
+        if isinstance(welcome, Refused):
+            raise ActorError(f"hub refused Hello: {welcome.reason}")
         if not isinstance(welcome, Welcome):
             raise ActorError(f"expected welcome, got {type(welcome).__name__}")
+        return welcome
+
+    def _rejoin(self, cause: TransportTimeout) -> None:
+        """The hub went silent (stopped, restarted, unreachable): say Hello again with backoff until it
+        answers, for at most `transport.reconnect_s`; then give up naming what was awaited."""
+        budget = self.cfg.transport.reconnect_s
+        start = time.monotonic()
+        delay = RECONNECT_FIRST_S
+        log.warning("%s: no answer from the hub (%s); trying to rejoin for up to %.0f s", self.actor_id, cause, budget)
+        while time.monotonic() - start < budget:
+            time.sleep(min(delay, max(0.0, budget - (time.monotonic() - start))))
+            delay = min(2 * delay, RECONNECT_MAX_S)
+            try:
+                self._join(timeout_s=min(self.cfg.transport.request_timeout_s, RECONNECT_PROBE_S))
+            except TransportTimeout:
+                continue
+            self.rejoins += 1
+            log.info("%s: rejoined the hub after %.1f s", self.actor_id, time.monotonic() - start)
+            return
+        raise ActorError(
+            f"hub at {self.client.address} did not answer a Hello for {budget:.0f} s after it went silent "
+            f"(transport.reconnect_s); last error: {cause}"
+        )
+
+    def run(self, max_units: int | None = None) -> int:
+        """Serve until the hub says `Shutdown` (or `max_units` units); returns the number of units done.
+        A hub that goes silent is rejoined (`_rejoin`); the unit in hand, if any, is dropped (the
+        hub reassigns it)."""
+        welcome = self._join()
         for p in self.policies:
             self.handles[p] = make_engine(self.cfg, p)
         log.info("%s joined run %s serving %s", self.actor_id, welcome.run_id, self.policies)
         done = 0
-        idle_since = time.perf_counter()
         while max_units is None or done < max_units:
+            try:
+                finished = self._serve_one()
+            except TransportTimeout as exc:
+                if self.cfg.transport.reconnect_s <= 0:
+                    raise
+                self._rejoin(exc)
+                continue
+            if finished is None:
+                break
+            done += finished
+        self.client.close()
+        close = getattr(self.workflow, "close", None)  # code and math hold a sandbox
+        if close is not None:
+            close()
+        return done
+
+    def _serve_one(self) -> int | None:
+        """Ask for work and do it: 1 if a unit was done, 0 if not (no work, or the unit was lost),
+        None on `Shutdown`."""
+        idle_since = time.perf_counter()
+        while True:
             reply = self._ask(WorkRequest(self.actor_id))
             if isinstance(reply, Shutdown):
                 log.info("%s: shutdown (%s)", self.actor_id, reply.reason)
-                break
+                return None
             if isinstance(reply, NoWork):
                 time.sleep(reply.retry_after_s)
                 continue
@@ -98,14 +163,8 @@ class Actor:
             except UnitLost as exc:
                 self.units_lost += 1
                 log.warning("%s: dropped unit %d (%s); is transport.unit_timeout_s too short for it?", self.actor_id, reply.unit_id, exc)
-            else:
-                done += 1
-            idle_since = time.perf_counter()
-        self.client.close()
-        close = getattr(self.workflow, "close", None)  # code and math hold a sandbox
-        if close is not None:
-            close()
-        return done
+                return 0
+            return 1
 
     def _sync(self, unit: WorkUnit) -> None:
         start = time.perf_counter()

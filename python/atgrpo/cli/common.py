@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -15,12 +16,17 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", default=None, help="run config TOML (default: the built-in Plan-Path demo)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set rollout.k=8 (TOML value syntax); repeatable")
+    p.add_argument("--curve-keys", default=None, metavar="DIR",
+                   help="CURVE key folder from `atgrpo-keys` (sets transport.curve_keys)")
     return p
 
 
 def load_run_config(args: argparse.Namespace) -> RunConfig:
+    overrides = list(args.overrides)
+    if getattr(args, "curve_keys", None):
+        overrides.append(f"transport.curve_keys={json.dumps(str(args.curve_keys))}")
     try:
-        return load_config(args.config, args.overrides)
+        return load_config(args.config, overrides)
     except (ValueError, OSError) as exc:
         sys.exit(f"config error: {exc}")
 

@@ -19,13 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     setup_logging("learner")
-    from atgrpo.errors import ConfigChangedError
+    from atgrpo.errors import CheckpointWriteError, ConfigChangedError, CurveKeyError, InsecureEndpointError
     from atgrpo.learner.job import run_learner
     from atgrpo.warmstart.prepare import prepare_models
 
     try:
         run_learner(cfg, args.address, prepare=prepare_models)
-    except ConfigChangedError as exc:
+    except (CheckpointWriteError, ConfigChangedError, CurveKeyError, InsecureEndpointError) as exc:
         print(f"atgrpo-learner: {exc}", file=sys.stderr)
         return 2
     return 0

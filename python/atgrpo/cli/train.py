@@ -22,6 +22,8 @@ def child_cmd(module: str, args, extra: list[str]) -> list[str]:
         cmd.append(str(args.config))
     for o in args.overrides:
         cmd += ["--set", o]
+    if args.curve_keys:
+        cmd += ["--curve-keys", str(args.curve_keys)]
     return cmd + extra
 
 
@@ -31,10 +33,20 @@ def print_commands(args, cfg) -> None:
     bind = args.address or (cfg.transport.endpoint if cfg.transport.endpoint.startswith("tcp://") else "")
     bind = bind or f"tcp://0.0.0.0:{DEFAULT_PORT}"
     port = bind.rsplit(":", 1)[-1]
+    hub_keys, actor_keys = "", ""
+    if not cfg.transport.insecure:
+        folder = shlex.quote(cfg.transport.curve_keys or "keys")
+        print("# Once, on the learner host: CURVE keys (tcp is encrypted; only actors holding a key get in)")
+        if not cfg.transport.curve_keys:
+            print(f"atgrpo-keys init {folder}")
+        print(f"atgrpo-keys bundle {folder} actor actor-keys   # then copy actor-keys/ to every actor host")
+        hub_keys, actor_keys = f" --curve-keys {folder}", " --curve-keys actor-keys"
+    else:
+        print("# transport.insecure = true: no keys; anyone who can reach the port can join the run")
     print("# On the learner host (add `torchrun --nproc_per_node N -m atgrpo.cli.learner` for several ranks):")
-    print(f"atgrpo-learner{conf}{sets} --address {shlex.quote(bind)}")
+    print(f"atgrpo-learner{conf}{sets} --address {shlex.quote(bind)}{hub_keys}")
     print("# On each actor host (the config must point at model folders readable there):")
-    print(f"atgrpo-actor{conf}{sets} --address tcp://LEARNER_HOST:{port}")
+    print(f"atgrpo-actor{conf}{sets} --address tcp://LEARNER_HOST:{port}{actor_keys}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,6 +184,17 @@ class TransportSection(Section):
     """Seconds without any sample after which the hub stops the run with an error."""
     max_message_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     """Largest message an endpoint accepts, in bytes; larger ones are rejected undecoded."""
+    reconnect_s: float = Field(default=120.0, ge=0.0)
+    """Seconds an actor keeps trying to rejoin a hub that went silent (stopped, restarted on the same
+    address, unreachable), with backoff, before it exits with an error; 0: exit at once."""
+    curve_keys: str | None = None
+    """Key folder made by `atgrpo-keys init` (copied to every host): tcp traffic is encrypted and
+    only actors holding a key of its `actors/` get through. None: no CURVE."""
+    curve_actor: str = "actor"
+    """Which actor key of `curve_keys` this actor presents (`atgrpo-keys add-actor DIR NAME`)."""
+    insecure: bool = False
+    """Allow a tcp hub or actor on a non-loopback address without `curve_keys`: anyone who can reach
+    the port can then fetch the weights and submit samples. Logged as a warning."""
 
 
 class LaunchSection(Section):

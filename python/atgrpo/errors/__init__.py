@@ -35,6 +35,7 @@ from atgrpo._core import (
 from atgrpo.errors.data import DatasetError, DatasetFileError, DatasetRecordError, UnknownFormatError
 from atgrpo.errors.runtime import (
     ActorError,
+    CheckpointWriteError,
     ConfigChangedError,
     EvalError,
     ModelImportError,
@@ -48,6 +49,7 @@ from atgrpo.errors.transport import (
     ChecksumMismatch,
     CurveKeyError,
     FrameCountMismatch,
+    InsecureEndpointError,
     InvalidMessage,
     MalformedMessage,
     OversizedMessage,
@@ -68,6 +70,7 @@ __all__ = [
     "ConfigChangedError",
     "AddressError",
     "AtgrpoError",
+    "CheckpointWriteError",
     "ChecksumMismatch",
     "CurveKeyError",
     "DatasetError",
@@ -77,6 +80,7 @@ __all__ = [
     "EnvNotReadyError",
     "EvalError",
     "FrameCountMismatch",
+    "InsecureEndpointError",
     "GenerationError",
     "InternalError",
     "InvalidConfigError",

@@ -35,6 +35,11 @@ class ConfigChangedError(AtgrpoError, ValueError):
     (`learner.checkpoints`)."""
 
 
+class CheckpointWriteError(AtgrpoError, OSError):
+    """A checkpoint could not be written (disk full, permissions); the half-written folder was
+    removed and `checkpoints/latest` still names the previous complete one (`learner.trainer`)."""
+
+
 class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 

@@ -128,11 +128,18 @@ class CurveKeyError(TransportError):
     reason = "keys"
 
 
+class InsecureEndpointError(TransportError):
+    """A tcp endpoint reachable from other hosts without CURVE keys (and without `transport.insecure`)."""
+
+    reason = "insecure"
+
+
 __all__ = [
     "AddressError",
     "ChecksumMismatch",
     "CurveKeyError",
     "FrameCountMismatch",
+    "InsecureEndpointError",
     "InvalidMessage",
     "MalformedMessage",
     "OversizedMessage",

@@ -16,6 +16,21 @@ are refused and counted (`hub/orphan_batches`).
 Samples are staged per unit and admitted through the `VersionLedger` (the one version check) when
 their batch arrives; a unit's samples join the step only when its `last` batch arrives. A policy's
 current version changes only in `publish`, under the lock, together with the weights units name.
+
+Intake (`intake.py`): every admitted sample is checked against its unit and policy before it is
+staged, and the unit is checked whole with its `last` batch. A unit fault (what no honest actor
+sends) drops the whole unit, staged samples included, puts it back at the front of the queue and
+answers `Refused`; a group fault (a sample over `train.micro_batch_tokens`) drops that group and
+keeps the rest. Every refusal is counted under its reason, `hub/rejected_<reason>` (a sample for the
+ledger's reasons and for group faults, a unit for unit faults; `hub/rejected_total` sums them), and
+logged once per (actor, reason). An actor with `max_refused_units` refused units is cut off for the
+rest of the run: its leases go back to the queue at once, and from then on its actor id and its
+connection get `Shutdown` to a `WorkRequest` and `Refused` to anything else (`hub/peers_cut_off`).
+Without CURVE keys a peer can come back under another id; the bound caps what each id costs.
+The learner always builds its hub with `limits`; a hub without them checks version stamps only.
+`hub/samples_dropped` counts admitted samples that will not train (staged with a refused or
+reassigned unit, or in a dropped group). Nothing a peer sends raises in the hub thread: a bug one
+message trips is that message's `Refused` (`hub/handler_errors`, logged with its traceback).
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from typing import Any
 
 import torch
 
+from atgrpo.learner.intake import Fault, IntakeLimits, UnitIntake
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.messages import (
     PROTOCOL_VERSION,
@@ -51,6 +67,11 @@ from atgrpo.units import cut_units, in_step_order
 from atgrpo.transport.tensors import weights_to_frames
 
 log = logging.getLogger("atgrpo.hub")
+
+MAX_REFUSED_UNITS = 3
+"""Refused units after which an actor is cut off. An honest actor has none (its samples are what a
+unit asks for), so three leave room for one odd bug report and still stop a peer sending garbage."""
+_MAX_DETAIL = 300
 
 
 @dataclass
@@ -82,7 +103,7 @@ class _Round:
     pending: deque[WorkUnit]
     total: int
     leases: dict[int, _Lease] = field(default_factory=dict)
-    staged: dict[int, list[Sample]] = field(default_factory=dict)
+    staged: dict[int, UnitIntake] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
     samples: list[Sample] = field(default_factory=list)
     envs: list[EnvResult] = field(default_factory=list)
@@ -102,15 +123,30 @@ class Hub:
         ledger: VersionLedger,
         *,
         unit_timeout_s: float,
+        limits: IntakeLimits | None = None,
         keep_versions: int = 1,
         retry_after_s: float = 0.05,
+        max_refused_units: int = MAX_REFUSED_UNITS,
     ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
+        self.limits = limits
+        """What samples are checked against; None: versions only (tests with hand-made samples)."""
+        if limits is None:
+            log.warning("hub without intake limits: samples are checked for their version stamp only")
+        self.max_refused_units = max(1, max_refused_units)
         self.unit_timeout_s = unit_timeout_s
         self.keep_versions = max(1, keep_versions)
         self.retry_after_s = retry_after_s
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter({"units_refused": 0, "samples_dropped": 0, "peers_cut_off": 0})
+        self.rejected: Counter[str] = Counter()
+        """Intake refusals by reason (the ledger counts its own)."""
+        self.refused_units: Counter[str] = Counter()
+        """actor id -> units of it refused."""
+        self.cut_off: dict[str, str] = {}
+        """actor id -> why it was cut off."""
+        self._cut_peers: set[bytes] = set()
+        self._logged: set[tuple[str, str]] = set()
         self.actors: dict[str, float] = {}
         """actor id -> last time it was heard from."""
         self._peers: dict[str, bytes] = {}
@@ -163,7 +199,8 @@ class Hub:
                     raise TimeoutError(
                         f"step {rnd.step}: waited {stall_timeout_s:.0f} s for samples of {rnd.total - len(rnd.done)} "
                         f"unfinished units ({len(rnd.leases)} leased, {len(rnd.pending)} unassigned; "
-                        f"actors seen: {sorted(self.actors) or 'none'})"
+                        f"actors seen: {sorted(self.actors) or 'none'}; units refused "
+                        f"{self.counters['units_refused']}, actors cut off: {sorted(self.cut_off) or 'none'})"
                     )
                 self._changed.wait(poll_s)
             samples, envs = in_step_order(rnd.samples, rnd.envs)
@@ -187,8 +224,9 @@ class Hub:
     def metrics(self) -> dict[str, float]:
         with self._lock:
             out = {f"hub/{k}": float(v) for k, v in self.counters.items()}
-            out.update({f"hub/rejected_{k}": float(v) for k, v in self.ledger.rejected.items()})
-            out["hub/rejected_total"] = float(sum(self.ledger.rejected.values()))
+            rejected = self.ledger.rejected + self.rejected
+            out.update({f"hub/rejected_{k}": float(v) for k, v in rejected.items()})
+            out["hub/rejected_total"] = float(sum(rejected.values()))
             out.update({k: float(v) for k, v in self.endpoint.counters.items()})
             out["hub/actors"] = float(len(self.actors))
         return out
@@ -200,12 +238,9 @@ class Hub:
                 got = self.endpoint.recv(timeout_s=0.05)
                 with self._lock:
                     self._expire_leases()
-                    if got is not None:
-                        peer, msg = got
-                        reply = self._handle(peer, msg)
-                    else:
-                        reply = None
-                if reply is not None:
+                    reply = None if got is None else self._handle_safely(*got)
+                if got is not None and reply is not None:
+                    peer = got[0]
                     if isinstance(reply, list):
                         self.endpoint.send_frames(peer, reply)
                     else:
@@ -216,8 +251,22 @@ class Hub:
             with self._lock:
                 self._changed.notify_all()
 
+    def _handle_safely(self, peer: bytes, msg: Any) -> Any:
+        """`_handle`, but a bug it trips on one message is that message's `Refused`, not the run's end."""
+        try:
+            return self._handle(peer, msg)
+        except Exception:
+            log.exception("hub: handling a %s failed; refused it and carried on", type(msg).__name__)
+            self.counters["handler_errors"] += 1
+            return Refused(f"hub failed on this {type(msg).__name__}")
+
     def _handle(self, peer: bytes, msg: Any) -> Any:
         actor = getattr(msg, "actor_id", None)
+        if peer in self._cut_peers or actor in self.cut_off:
+            # Checked before anything else, so a cut-off peer is never counted alive or leased a unit.
+            self.counters["cut_off_messages"] += 1
+            why = f"cut off: {self.cut_off.get(actor or '') or 'this connection was cut off'}"
+            return Shutdown(why) if isinstance(msg, WorkRequest) else Refused(why)
         if actor is not None:
             self.actors[actor] = time.monotonic()
             self._peers[actor] = peer
@@ -231,7 +280,7 @@ class Hub:
         if isinstance(msg, WorkRequest):
             return self._assign(msg.actor_id)
         if isinstance(msg, SampleBatch):
-            return self._intake(msg)
+            return self._intake(peer, msg)
         if isinstance(msg, WeightsRequest):
             return self._weights_reply(msg)
         self.counters["unexpected_kind"] += 1
@@ -246,28 +295,79 @@ class Hub:
             return NoWork(self.retry_after_s, "waiting for the next step" if rnd is None or rnd.complete else "all units leased")
         unit = rnd.pending.popleft()
         rnd.leases[unit.unit_id] = _Lease(unit, actor, time.monotonic() + self.unit_timeout_s)
-        rnd.staged[unit.unit_id] = []
+        rnd.staged[unit.unit_id] = UnitIntake(unit, self.limits)
         self.counters["units_assigned"] += 1
         return unit
 
-    def _intake(self, batch: SampleBatch) -> Any:
+    def _intake(self, peer: bytes, batch: SampleBatch) -> Any:
         rnd = self._round
         lease = rnd.leases.get(batch.unit_id) if rnd is not None else None
-        if lease is None or lease.actor != batch.actor_id:
+        if rnd is None or lease is None or lease.actor != batch.actor_id:
             self.counters["orphan_batches"] += 1
             return Refused(f"unit {batch.unit_id} is not leased to {batch.actor_id}")
         lease.deadline = time.monotonic() + self.unit_timeout_s
         kept = self.ledger.admit(batch.samples)
-        rnd.staged[batch.unit_id].extend(kept)
+        staged = rnd.staged[batch.unit_id]
+        dropped_before = staged.dropped_samples
+        faults = staged.add(kept, received=len(batch.samples))
+        if batch.last and not (faults and faults[-1].scope == "unit"):
+            end = staged.finish(batch.env_results)
+            faults += [end] if end is not None else []
+        for fault in faults:
+            self.rejected[fault.reason] += 1
+            self._log_once(batch.actor_id, batch.unit_id, fault)
+        if faults and faults[-1].scope == "unit":
+            return self._refuse_unit(rnd, batch.unit_id, peer, faults[-1])
+        self.counters["samples_dropped"] += staged.dropped_samples - dropped_before
         rnd.last_progress = time.monotonic()
         if batch.last:
             del rnd.leases[batch.unit_id]
-            rnd.samples.extend(rnd.staged.pop(batch.unit_id))
+            rnd.samples.extend(rnd.staged.pop(batch.unit_id).samples)
             rnd.envs.extend(batch.env_results)
             rnd.timings = rnd.timings + batch.timings
             rnd.done.add(batch.unit_id)
             self._changed.notify_all()
-        return SampleAck(batch.unit_id, accepted=len(kept), rejected=len(batch.samples) - len(kept))
+        return SampleAck(batch.unit_id, accepted=staged.staged_last, rejected=len(batch.samples) - staged.staged_last)
+
+    def _log_once(self, actor: str, unit_id: int, fault: Fault) -> None:
+        if (actor, fault.reason) in self._logged:
+            return
+        self._logged.add((actor, fault.reason))
+        action = "unit refused" if fault.scope == "unit" else "group dropped"
+        log.warning("actor %s, unit %d: %s, %s: %s (logged once per actor and reason; all are counted as "
+                    "hub/rejected_%s)", actor, unit_id, action, fault.reason, fault.detail[:_MAX_DETAIL], fault.reason)
+
+    def _refuse_unit(self, rnd: _Round, unit_id: int, peer: bytes, fault: Fault) -> Refused:
+        """Drop a unit whole (a step never trains on part of it) and queue it for another try."""
+        lease = self._release(rnd, unit_id)
+        self.counters["units_refused"] += 1
+        self.refused_units[lease.actor] += 1
+        if self.refused_units[lease.actor] >= self.max_refused_units:
+            self._cut_off(lease.actor, peer, f"{self.refused_units[lease.actor]} units refused, the last for {fault.reason}")
+        return Refused(f"unit {unit_id} refused: {fault.reason}: {fault.detail[:_MAX_DETAIL]}")
+
+    def _cut_off(self, actor: str, peer: bytes, why: str) -> None:
+        self.cut_off[actor] = why
+        self._cut_peers.update({peer, self._peers.pop(actor, peer)})
+        self.actors.pop(actor, None)
+        self.counters["peers_cut_off"] += 1
+        log.error("actor %s cut off for the rest of the run: %s; its units go to other actors", actor, why)
+        rnd = self._round
+        if rnd is None:
+            return
+        for unit_id in [u for u, lease in rnd.leases.items() if lease.actor == actor]:
+            self._release(rnd, unit_id)
+            self.counters["units_reassigned"] += 1
+
+    def _release(self, rnd: _Round, unit_id: int) -> _Lease:
+        """Take a unit back from its actor: what it staged is dropped, and the unit goes to the front
+        of the queue, so whoever rolls it out next does it whole."""
+        lease = rnd.leases.pop(unit_id)
+        staged = rnd.staged.pop(unit_id, None)
+        if staged is not None:
+            self.counters["samples_dropped"] += len(staged.samples)
+        rnd.pending.appendleft(lease.unit)
+        return lease
 
     def _weights_reply(self, req: WeightsRequest) -> Any:
         versions = self._weights.get(req.policy)
@@ -287,8 +387,6 @@ class Hub:
         for unit_id, lease in list(rnd.leases.items()):
             if lease.deadline < now:
                 log.warning("unit %d of step %d: actor %s silent for %.0f s; reassigning", unit_id, rnd.step, lease.actor, self.unit_timeout_s)
-                del rnd.leases[unit_id]
-                rnd.staged.pop(unit_id, None)
-                rnd.pending.appendleft(lease.unit)
+                self._release(rnd, unit_id)
                 self.actors.pop(lease.actor, None)
                 self.counters["units_reassigned"] += 1

@@ -26,9 +26,10 @@ import torch
 from atgrpo.config import RunConfig
 from atgrpo.learner import distributed
 from atgrpo.learner.checkpoints import (
-    RunState, check_and_write_config, latest_checkpoint, mark_latest, step_folder,
+    RunState, check_and_write_config, latest_checkpoint,
 )
 from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.orchestrator import Orchestrator, rollout_metrics
 from atgrpo.learner.packing import broadcast_flag, scatter_plans
@@ -37,8 +38,10 @@ from atgrpo.messages import (
     EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress,
 )
 from atgrpo.metrics import MetricsWriter, plot_learning_curve
-from atgrpo.paths import checkpoints_dir, out_dir
+from atgrpo.models.folder import load_tokenizer, model_facts
+from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
 from atgrpo.transport.endpoints import HubEndpoint, private_ipc_address
+from atgrpo.transport.security import require_keys
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -96,12 +99,13 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     if rank != 0:
         _train_loop(cfg, trainer, state, None, stop)
         return None
-    endpoint = HubEndpoint(
-        address or cfg.transport.endpoint or private_ipc_address(out_dir(cfg) / "ipc"),
-        max_message_bytes=cfg.transport.max_message_bytes,
-    )
+    tp = cfg.transport
+    bind = address or tp.endpoint or private_ipc_address(out_dir(cfg) / "ipc")
+    require_keys(bind, tp.curve_keys, tp.insecure, "hub")
+    endpoint = HubEndpoint(bind, max_message_bytes=tp.max_message_bytes, curve_keys=tp.curve_keys)
     ledger = VersionLedger(cfg.run.name, dict(state.versions), cfg.train.max_staleness)
-    hub = Hub(endpoint, ledger, unit_timeout_s=cfg.transport.unit_timeout_s, keep_versions=cfg.train.max_staleness + 1)
+    hub = Hub(endpoint, ledger, limits=intake_limits(cfg, trainer), unit_timeout_s=cfg.transport.unit_timeout_s,
+              keep_versions=cfg.train.max_staleness + 1)
     hub.start()
     emit(HubReady(hub.endpoint.address))
     rank0 = _Rank0(cfg, hub, Orchestrator(cfg, hub, trainer.pad_ids, world))
@@ -119,6 +123,17 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     (out_dir(cfg) / "eval.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2))
     emit(summary)
     return summary
+
+
+def intake_limits(cfg: RunConfig, trainer: Trainer) -> IntakeLimits:
+    """What the hub checks samples against: the config, and each policy's model as the learner holds
+    it (the ids its embedding takes; the context its engines enforce, from the model folder)."""
+    policies = {}
+    for p, backend in trainer.backends.items():
+        folder = policy_dir(cfg, p)
+        vocab = int(backend.model.get_input_embeddings().num_embeddings)  # type: ignore[operator]  # an HF model
+        policies[p] = PolicyLimits(vocab, model_facts(folder, load_tokenizer(folder)).context_length)
+    return IntakeLimits.from_config(cfg, policies)
 
 
 class _Rank0:
@@ -145,12 +160,7 @@ def _publish(trainer: Trainer, rank0: _Rank0 | None) -> dict[str, float]:
 
 
 def _save(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None) -> None:
-    folder = step_folder(checkpoints_dir(cfg), state.step)
-    trainer.save(folder, state if rank0 is not None else None)
-    if trainer.world > 1:
-        torch.distributed.barrier()  # every rank's part is on disk before the checkpoint is marked complete
-    if rank0 is not None:
-        mark_latest(folder)
+    trainer.checkpoint(checkpoints_dir(cfg), state, rank0=rank0 is not None)
 
 
 def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None, stop: threading.Event) -> RunSummary | None:
@@ -181,6 +191,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
             assert data is not None
             metrics.update(rollout_metrics(data))
             metrics.update(rank0.hub.metrics())
+            metrics.update(rank0.orchestrator.metrics())
             rank0.metrics.write(state.step, metrics)
             if cfg.run.eval_every and state.step % cfg.run.eval_every == 0 and state.step < cfg.run.steps:
                 rank0.evaluate(f"step {state.step}", state.step)

@@ -4,8 +4,12 @@ Per training step s (ALGORITHM.md, "One training step"):
 1. `collect(s)`: the data cursor gives step s's env seeds (`units.step_seeds`); the hub cuts them into
    units naming the current policy versions, leases them to actors and returns when every unit's
    samples are in (admitted by the version ledger, sorted so arrival order never matters).
-2. `plan(data)`: advantages once over the step (the run's grouping), then each policy's samples
-   packed into micro-batches and dealt out to the learner ranks (`packing.plan_step`).
+2. `plan(data)`: a last check of every sample (`intake.screen`: the hub has checked them, but the
+   learner must never crash or train on a malformed one), advantages once over the step (the run's
+   grouping), then each policy's samples packed into micro-batches and dealt out to the learner
+   ranks (`packing.plan_step`). What fails the check is dropped with its whole group and counted
+   (`learner/dropped_<reason>`); if packing still fails, the step trains on nothing rather than
+   ending the run.
 3. The trainers train (every rank, `Trainer.train`), then rank 0 publishes each policy's new weights
    through the hub (`Hub.publish`), which makes that version current. In strict on-policy mode the
    next round opens only after that, so no actor can produce a sample with an old version.
@@ -18,15 +22,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 import msgspec
 import numpy as np
 
 from atgrpo.config import RunConfig
+from atgrpo.errors import AtgrpoError
 from atgrpo.learner.advantages import Advantages, step_advantages
 from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.intake import screen
 from atgrpo.learner.packing import RankPlan, plan_step
-from atgrpo.messages import EvalSummary, UnitTimings
+from atgrpo.messages import EvalSummary, Sample, UnitTimings
 from atgrpo.units import EVAL_UNIT_SCALE, eval_seeds, step_seeds
 
 log = logging.getLogger("atgrpo.orchestrator")
@@ -38,6 +45,8 @@ class Orchestrator:
         self.hub = hub
         self.pad_ids = pad_ids
         self.world = world
+        self.dropped: Counter[str] = Counter()
+        """Samples that reached `plan` but were not trained on, by reason, over the run."""
 
     def collect(self, step: int) -> StepData:
         """Every sample of training step `step`, from the actors."""
@@ -46,15 +55,42 @@ class Orchestrator:
         return self.hub.wait_round(stall_timeout_s=self.cfg.transport.step_timeout_s)
 
     def plan(self, data: StepData) -> tuple[list[RankPlan], Advantages]:
-        """Advantages of the step's samples and every rank's share of the update."""
-        adv = step_advantages(data.samples, self.cfg.rollout.grouping)
+        """Advantages of the step's samples and every rank's share of the update. Samples that fail
+        the last check are removed from `data` (with their groups), so its metrics are of what trains."""
+        limits = self.hub.limits
+        keep, dropped = screen(data.samples, limits) if limits is not None else (list(range(len(data.samples))), Counter())
+        if dropped:
+            log.error("step %d: %d samples reached the learner malformed and were dropped (%s)", data.step,
+                      len(data.samples) - len(keep), dict(dropped))
+            self.dropped.update(dropped)
+            data.samples = [data.samples[i] for i in keep]
+            data.staleness = [data.staleness[i] for i in keep] if data.staleness else []
+        grouping = self.cfg.rollout.grouping
+        try:
+            adv = step_advantages(data.samples, grouping)
+            plans = self._pack(data.samples, adv.values)
+        except (ValueError, OverflowError, AtgrpoError):
+            # Whatever the check missed must not end the run: this step trains on nothing.
+            log.exception("step %d: planning %d samples failed; the step trains on none", data.step, len(data.samples))
+            self.dropped["unpackable"] += len(data.samples)
+            data.samples, data.staleness = [], []
+            adv = step_advantages([], grouping)
+            plans = self._pack([], np.zeros(0))
+        return plans, adv
+
+    def _pack(self, samples: list[Sample], advantages: np.ndarray) -> list[RankPlan]:
         tr = self.cfg.train
-        plans = plan_step(
-            data.samples, adv.values, policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
+        return plan_step(
+            samples, advantages, policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
             minibatches=tr.minibatches, max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation,
             share_prefix=tr.share_prefix,
         )
-        return plans, adv
+
+    def metrics(self) -> dict[str, float]:
+        """`learner/dropped_<reason>` and `learner/dropped_total`: samples the last check kept from training."""
+        out = {f"learner/dropped_{k}": float(v) for k, v in self.dropped.items()}
+        out["learner/dropped_total"] = float(sum(self.dropped.values()))
+        return out
 
     def evaluate(self, label: str, step: int) -> EvalSummary:
         """Greedy rollouts on the held-out seeds, done by the actors like any other round."""

@@ -13,6 +13,7 @@ counts them; they become current for actors only when the hub publishes them.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -21,7 +22,10 @@ import torch.distributed as dist
 
 from atgrpo.config import RunConfig
 from atgrpo.learner.backends import LearnerBackend, make_backend
-from atgrpo.learner.checkpoints import RunState, export_model_folder, read_state, write_state
+from atgrpo.errors import CheckpointWriteError
+from atgrpo.learner.checkpoints import (
+    RunState, export_model_folder, latest_checkpoint, mark_latest, read_state, step_folder, write_state,
+)
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.packing import OptimizerStep, RankPlan
 from atgrpo.models.folder import load_model, load_tokenizer
@@ -103,6 +107,25 @@ class Trainer:
                 export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
         if state is not None:
             write_state(folder, state)
+
+    def checkpoint(self, root: Path, state: RunState, *, rank0: bool) -> Path:
+        """Every rank: write checkpoint `root/step_<n>` and (rank 0) mark it the latest once complete.
+        A failed write removes the half-written folder and raises `CheckpointWriteError`; the
+        previous checkpoint stays the latest and loadable."""
+        folder = step_folder(root, state.step)
+        try:
+            self.save(folder, state if rank0 else None)
+            if self.world > 1:
+                dist.barrier()  # every rank's part is on disk before the checkpoint is marked complete
+            if rank0:
+                mark_latest(folder)
+        except Exception as exc:  # disk full, permissions, a torch writer error: all mean "not written"
+            shutil.rmtree(folder, ignore_errors=True)
+            raise CheckpointWriteError(
+                f"could not write checkpoint {folder}: {exc}; the latest complete checkpoint is still "
+                f"{latest_checkpoint(root) or 'none'}"
+            ) from exc
+        return folder
 
     def load(self, folder: Path) -> RunState:
         """Every rank: restore the backends (and the RNG states) from a checkpoint; returns its run state."""

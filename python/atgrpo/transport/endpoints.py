@@ -220,6 +220,7 @@ class ActorClient:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         verify_checksums: bool = True,
         curve_keys: str | os.PathLike[str] | None = None,
+        curve_actor: str = keys.ACTOR,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.address = address
@@ -230,7 +231,7 @@ class ActorClient:
         self.verify_checksums = verify_checksums
         self.counters: dict[str, int] = {"transport/timeouts": 0, "transport/resets": 0}
         self._context = context or zmq.Context.instance()
-        self._curve = keys.actor_keys(curve_keys) if curve_keys is not None else None
+        self._curve = keys.actor_keys(curve_keys, curve_actor) if curve_keys is not None else None
         self._sock: zmq.Socket[Any] | None = None
         self._sock = self._connect()
 

@@ -1,11 +1,16 @@
 """CURVE keys for tcp endpoints: encryption plus mutual authentication of hub and actors.
 
-Layout of a key folder made by `generate_keys(folder)` (ZPL certificate files, as pyzmq writes them):
+Layout of a key folder made by `generate_keys(folder)` (`atgrpo-keys init`; ZPL certificate files,
+as pyzmq writes them):
 
     folder/hub.key              hub public key          (actors need it to connect)
     folder/hub.key_secret       hub public + secret key (the hub only)
     folder/actors/actor.key     actor public key        (the hub accepts every *.key in actors/)
     folder/actors/actor.key_secret  actor public + secret key (every actor of the run)
+    folder/actors/NAME.key[_secret]  one more actor key (`add_actor`, `atgrpo-keys add-actor`)
+
+`actor_bundle(folder, name, dest)` writes what one actor host needs and nothing more: `hub.key` and
+`actors/NAME.key_secret` (no hub secret, no other actor's secret).
 
 Invariants:
 - The folder and `actors/` are mode 0700 and the secret files 0600, owned by the caller; copying
@@ -47,15 +52,45 @@ def generate_keys(folder: str | os.PathLike[str]) -> Path:
     return root
 
 
+def add_actor(folder: str | os.PathLike[str], name: str) -> Path:
+    """A new actor keypair `actors/<name>.key[_secret]` in an existing key folder (the hub, which reads
+    `actors/` when it starts, then accepts it); returns its secret file. Refuses to overwrite."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise CurveKeyError(f"actor key name {name!r}: use letters, digits, '-', '_' and '.'")
+    actors = allowed_actors_dir(folder)
+    if not (Path(folder) / f"{HUB}.key").is_file() or not actors.is_dir():
+        raise CurveKeyError(f"{folder} is not a key folder (run `atgrpo-keys init {folder}` first)")
+    if (actors / f"{name}.key").exists():
+        raise CurveKeyError(f"actor key {name!r} already exists in {actors}")
+    _, secret = zmq.auth.create_certificates(actors, name)
+    os.chmod(secret, 0o600)
+    return Path(secret)
+
+
+def actor_bundle(folder: str | os.PathLike[str], name: str, dest: str | os.PathLike[str]) -> Path:
+    """The key folder one actor host needs: the hub's public key and this actor's keypair only."""
+    src = Path(folder)
+    actor_keys(src, name)  # both files exist and load
+    out = Path(dest)
+    (out / ACTORS_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
+    out.chmod(0o700)
+    (out / ACTORS_DIR).chmod(0o700)
+    for rel, mode in ((f"{HUB}.key", 0o644), (f"{ACTORS_DIR}/{name}.key", 0o644), (f"{ACTORS_DIR}/{name}.key_secret", 0o600)):
+        target = out / rel
+        target.write_bytes((src / rel).read_bytes())
+        target.chmod(mode)
+    return out
+
+
 def hub_keys(folder: str | os.PathLike[str]) -> tuple[bytes, bytes]:
     """(public, secret) of the hub."""
     return _load(Path(folder) / f"{HUB}.key_secret")
 
 
-def actor_keys(folder: str | os.PathLike[str]) -> tuple[bytes, bytes, bytes]:
-    """(actor public, actor secret, hub public) for an actor."""
+def actor_keys(folder: str | os.PathLike[str], name: str = ACTOR) -> tuple[bytes, bytes, bytes]:
+    """(actor public, actor secret, hub public) for the actor key `name`."""
     root = Path(folder)
-    public, secret = _load(root / ACTORS_DIR / f"{ACTOR}.key_secret")
+    public, secret = _load(root / ACTORS_DIR / f"{name}.key_secret")
     hub_public, _ = _load(root / f"{HUB}.key", secret=False)
     return public, secret, hub_public
 
@@ -74,4 +109,4 @@ def _load(path: Path, *, secret: bool = True) -> tuple[bytes, bytes]:
     return public, secret_key or b""
 
 
-__all__ = ["actor_keys", "allowed_actors_dir", "generate_keys", "hub_keys"]
+__all__ = ["actor_bundle", "actor_keys", "add_actor", "allowed_actors_dir", "generate_keys", "hub_keys"]
