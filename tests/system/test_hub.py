@@ -162,17 +162,18 @@ def test_open_round_cuts_seeds_into_units_naming_the_current_versions(make_hub, 
     assert isinstance(nothing, NoWork) and "next step" in nothing.reason
     seeds = [100, 101, 102, 103, 104]
     hub.open_round(3, seeds, 2, split="train", greedy=False)
-    units = [take_unit(a) for _ in range(3)]
+    clients = [a, connect(hub, "b"), connect(hub, "c")]  # a connection holds one unit at a time
+    units = [take_unit(c) for c in clients]
     assert [u.seeds for u in units] == [[100, 101], [102, 103], [104]]
     assert [u.env_offset for u in units] == [0, 2, 4]
     assert len({u.unit_id for u in units}) == 3
     assert all(u.step == 3 and u.split == "train" and not u.greedy and u.versions == {"shared": 2} for u in units)
-    leased = a.request(WorkRequest("a"))
+    leased = connect(hub, "d").request(WorkRequest("d"))
     assert isinstance(leased, NoWork) and "leased" in leased.reason
     with pytest.raises(RuntimeError, match="still open"):
         hub.open_round(4, seeds, 2, split="train", greedy=False)
-    for u in units:
-        finish(a, u, tag=1)
+    for c, u in zip(clients, units):
+        finish(c, u, tag=1)
     data = hub.wait_round(stall_timeout_s=5.0)
     assert data.step == 3
     assert len(data.samples) == len(seeds) * K
@@ -278,7 +279,7 @@ def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the
     evil, good = connect(hub, "evil"), connect(hub, "good")
     hello(evil), hello(good)
     hub.open_round(0, [10, 11, 12, 13, 14, 15], 2, split="train", greedy=False)
-    first, held = take_unit(evil), take_unit(evil)
+    first = take_unit(evil)
     # A well-formed first group is staged; the garbage that follows refuses the unit, that group too.
     ok = unit_samples(first, tag=6)
     assert evil.request(SampleBatch("evil", first.unit_id, ok[:K], last=False)) == SampleAck(first.unit_id, K, 0)
@@ -294,26 +295,27 @@ def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the
         assert unit == first  # a refused unit goes back to the front of the queue
         reply = evil.request(SampleBatch("evil", unit.unit_id, spoil(unit_samples(unit, tag=6)[K:]), last=False))
         assert isinstance(reply, Refused) and f"unit {first.unit_id} refused: {reason}" in reply.reason, reply
-    # Cut off after 5 refused units: the unit it still held is back in the queue at once, and its id
-    # and its connection (whatever id it claims) get Shutdown / Refused from now on.
+    # Cut off after 5 refused units: its connection (whatever id it claims) gets Shutdown / Refused
+    # from now on.
     assert "evil" in hub.cut_off and "evil" not in hub.actors
     assert isinstance(evil.request(WorkRequest("evil")), Shutdown)
-    late = evil.request(SampleBatch("evil", held.unit_id, unit_samples(held, tag=6), last=True, env_results=env_results(held)))
+    late = evil.request(SampleBatch("evil", first.unit_id, unit_samples(first, tag=6), last=True, env_results=env_results(first)))
     assert isinstance(late, Refused) and "cut off" in late.reason
     assert isinstance(evil.request(WorkRequest("someone-else")), Shutdown)
     assert isinstance(hello(evil), Refused)
 
-    units = [take_unit(good) for _ in range(3)]
-    assert len({u.unit_id for u in units}) == 3 and {first.unit_id, held.unit_id} <= {u.unit_id for u in units}
-    for u in units:
-        finish(good, u, tag=2)
+    units = []
+    for _ in range(3):  # one unit at a time, as an actor runs them
+        units.append(take_unit(good))
+        finish(good, units[-1], tag=2)
+    assert len({u.unit_id for u in units}) == 3 and first.unit_id in {u.unit_id for u in units}
     data = hub.wait_round(stall_timeout_s=5.0)
     assert len(data.samples) == 6 * K and all(s.response_ids == [2, 2] for s in data.samples)
     assert [e.env for e in data.envs] == list(range(6))
     m = hub.metrics()
     assert (m["hub/rejected_out_of_vocab"], m["hub/rejected_logprob_count"], m["hub/rejected_key_outside_unit"],
             m["hub/rejected_nonfinite_logprob"], m["hub/rejected_total"]) == (2.0, 1.0, 1.0, 1.0, 5.0)
-    assert (m["hub/units_refused"], m["hub/peers_cut_off"], m["hub/units_reassigned"]) == (5.0, 1.0, 1.0)
+    assert (m["hub/units_refused"], m["hub/peers_cut_off"], m.get("hub/units_reassigned", 0.0)) == (5.0, 1.0, 0.0)
     assert m["hub/samples_dropped"] == K and m["hub/cut_off_messages"] == 4.0 and m["hub/actors"] == 1.0
     logged = [r.getMessage() for r in caplog.records if r.name == "atgrpo.hub" and "actor evil" in r.getMessage()]
     assert sum("unit refused" in line for line in logged) == 4  # once per (peer, reason)
@@ -476,3 +478,21 @@ def test_stop_tells_waiting_actors_to_shut_down(make_hub, connect) -> None:
     t.join(timeout=5.0)
     assert replies == [Shutdown("all done")]
     assert time.monotonic() - start < 4.0  # the only actor left, so the drain ended early
+
+
+def test_a_connection_holds_one_unit_at_a_time_whatever_id_it_claims(make_hub, connect) -> None:
+    hub = make_hub()
+    a, b = connect(hub, "a"), connect(hub, "b")
+    hub.open_round(0, [1, 2, 3, 4], 2, split="train", greedy=False)
+    unit = take_unit(a)
+    for claimed in ("a", "b", "someone"):
+        reply = a.request(WorkRequest(claimed))
+        assert isinstance(reply, NoWork) and f"already holds unit {unit.unit_id}" in reply.reason
+    # Another connection claiming a's id can neither take a second unit for it nor send a's samples.
+    other = take_unit(b)
+    forged = b.request(SampleBatch("a", unit.unit_id, unit_samples(unit, tag=6), last=True, env_results=env_results(unit)))
+    assert isinstance(forged, Refused) and "another connection" in forged.reason
+    finish(a, unit, tag=1)
+    finish(b, other, tag=2)
+    assert len(hub.wait_round(stall_timeout_s=5.0).samples) == 4 * K
+    assert hub.metrics()["hub/foreign_batches"] == 1.0

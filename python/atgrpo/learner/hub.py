@@ -23,10 +23,13 @@ sends) drops the whole unit, staged samples included, puts it back at the front 
 answers `Refused`; a group fault (a sample over `train.micro_batch_tokens`) drops that group and
 keeps the rest. Every refusal is counted under its reason, `hub/rejected_<reason>` (a sample for the
 ledger's reasons and for group faults, a unit for unit faults; `hub/rejected_total` sums them), and
-logged once per (actor, reason). An actor with `max_refused_units` refused units is cut off for the
-rest of the run: its leases go back to the queue at once, and from then on its actor id and its
-connection get `Shutdown` to a `WorkRequest` and `Refused` to anything else (`hub/peers_cut_off`).
-Without CURVE keys a peer can come back under another id; the bound caps what each id costs.
+logged once per (actor, reason). A connection with `max_refused_units` refused units is cut off for
+the rest of the run: its leases go back to the queue at once, and from then on it gets `Shutdown` to
+a `WorkRequest` and `Refused` to anything else, whatever actor id it claims (`hub/peers_cut_off`).
+A unit is leased to a connection, and only that connection may send its samples: an actor id is a
+claim anyone can make, so a peer claiming an honest actor's id can neither feed that actor's units
+nor get it cut off. Without CURVE keys a peer can come back on a new connection; the bound caps what
+each connection costs.
 The learner always builds its hub with `limits`; a hub without them checks version stamps only.
 `hub/samples_dropped` counts admitted samples that will not train (staged with a refused or
 reassigned unit, or in a dropped group). Nothing a peer sends raises in the hub thread: a bug one
@@ -93,6 +96,9 @@ class _Lease:
     unit: WorkUnit
     actor: str
     deadline: float
+    peer: bytes = b""
+    """The connection the unit was handed to: only it may send the unit's samples (an actor id alone
+    is a claim anyone can make)."""
 
 
 @dataclass
@@ -141,7 +147,8 @@ class Hub:
         self.counters: Counter[str] = Counter({"units_refused": 0, "samples_dropped": 0, "peers_cut_off": 0})
         self.rejected: Counter[str] = Counter()
         """Intake refusals by reason (the ledger counts its own)."""
-        self.refused_units: Counter[str] = Counter()
+        self.refused_units: Counter[bytes] = Counter()
+        """Per connection: an actor id is only a claim (anyone may send any id), a connection is not."""
         """actor id -> units of it refused."""
         self.cut_off: dict[str, str] = {}
         """actor id -> why it was cut off."""
@@ -149,7 +156,6 @@ class Hub:
         self._logged: set[tuple[str, str]] = set()
         self.actors: dict[str, float] = {}
         """actor id -> last time it was heard from."""
-        self._peers: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._round: _Round | None = None
@@ -262,14 +268,13 @@ class Hub:
 
     def _handle(self, peer: bytes, msg: Any) -> Any:
         actor = getattr(msg, "actor_id", None)
-        if peer in self._cut_peers or actor in self.cut_off:
+        if peer in self._cut_peers:
             # Checked before anything else, so a cut-off peer is never counted alive or leased a unit.
             self.counters["cut_off_messages"] += 1
-            why = f"cut off: {self.cut_off.get(actor or '') or 'this connection was cut off'}"
+            why = "cut off: this connection sent too many refused units"
             return Shutdown(why) if isinstance(msg, WorkRequest) else Refused(why)
         if actor is not None:
             self.actors[actor] = time.monotonic()
-            self._peers[actor] = peer
         if isinstance(msg, Hello):
             if msg.protocol != PROTOCOL_VERSION:
                 return Refused(f"protocol {msg.protocol} != {PROTOCOL_VERSION}")
@@ -278,7 +283,7 @@ class Hub:
                 return Refused(f"run {msg.run_id!r} is not this run ({self.ledger.run_id!r})")
             return Welcome(run_id=self.ledger.run_id, versions=dict(self.ledger.versions))
         if isinstance(msg, WorkRequest):
-            return self._assign(msg.actor_id)
+            return self._assign(peer, msg.actor_id)
         if isinstance(msg, SampleBatch):
             return self._intake(peer, msg)
         if isinstance(msg, WeightsRequest):
@@ -286,15 +291,20 @@ class Hub:
         self.counters["unexpected_kind"] += 1
         return Refused(f"hub does not accept {type(msg).__name__}")
 
-    def _assign(self, actor: str) -> Any:
+    def _assign(self, peer: bytes, actor: str) -> Any:
         if self._stopping:
             self.actors.pop(actor, None)
             return Shutdown(self._stopping)
         rnd = self._round
         if rnd is None or not rnd.pending:
             return NoWork(self.retry_after_s, "waiting for the next step" if rnd is None or rnd.complete else "all units leased")
+        held = [u for u, lease in rnd.leases.items() if lease.peer == peer]
+        if held:
+            # An actor rolls out one unit at a time; a second lease would only let one connection
+            # hoard the step's units until they time out.
+            return NoWork(self.retry_after_s, f"this connection already holds unit {held[0]}")
         unit = rnd.pending.popleft()
-        rnd.leases[unit.unit_id] = _Lease(unit, actor, time.monotonic() + self.unit_timeout_s)
+        rnd.leases[unit.unit_id] = _Lease(unit, actor, time.monotonic() + self.unit_timeout_s, peer)
         rnd.staged[unit.unit_id] = UnitIntake(unit, self.limits)
         self.counters["units_assigned"] += 1
         return unit
@@ -305,6 +315,9 @@ class Hub:
         if rnd is None or lease is None or lease.actor != batch.actor_id:
             self.counters["orphan_batches"] += 1
             return Refused(f"unit {batch.unit_id} is not leased to {batch.actor_id}")
+        if lease.peer != peer:
+            self.counters["foreign_batches"] += 1
+            return Refused(f"unit {batch.unit_id} was leased to another connection")
         lease.deadline = time.monotonic() + self.unit_timeout_s
         kept = self.ledger.admit(batch.samples)
         staged = rnd.staged[batch.unit_id]
@@ -341,21 +354,23 @@ class Hub:
         """Drop a unit whole (a step never trains on part of it) and queue it for another try."""
         lease = self._release(rnd, unit_id)
         self.counters["units_refused"] += 1
-        self.refused_units[lease.actor] += 1
-        if self.refused_units[lease.actor] >= self.max_refused_units:
-            self._cut_off(lease.actor, peer, f"{self.refused_units[lease.actor]} units refused, the last for {fault.reason}")
+        self.refused_units[peer] += 1
+        if self.refused_units[peer] >= self.max_refused_units:
+            self._cut_off(lease.actor, peer, f"{self.refused_units[peer]} units refused, the last for {fault.reason}")
         return Refused(f"unit {unit_id} refused: {fault.reason}: {fault.detail[:_MAX_DETAIL]}")
 
     def _cut_off(self, actor: str, peer: bytes, why: str) -> None:
+        # The connection is cut, not every holder of the id: a hostile peer that claims an honest
+        # actor's id must not get that actor cut off.
         self.cut_off[actor] = why
-        self._cut_peers.update({peer, self._peers.pop(actor, peer)})
+        self._cut_peers.add(peer)
         self.actors.pop(actor, None)
         self.counters["peers_cut_off"] += 1
         log.error("actor %s cut off for the rest of the run: %s; its units go to other actors", actor, why)
         rnd = self._round
         if rnd is None:
             return
-        for unit_id in [u for u, lease in rnd.leases.items() if lease.actor == actor]:
+        for unit_id in [u for u, lease in rnd.leases.items() if lease.peer == peer]:
             self._release(rnd, unit_id)
             self.counters["units_reassigned"] += 1
 
