@@ -75,7 +75,7 @@ def hostile(rng: np.random.Generator, leased: list[WorkUnit], honest: WorkUnit |
     return []
 
 
-def test_ten_thousand_hostile_messages_change_nothing(make_hub, connect) -> None:
+def test_ten_thousand_hostile_messages_change_nothing(make_hub, connect) -> None:  # noqa: F811 (fixtures)
     hub = make_hub(unit_timeout_s=1.0)
     good = connect(hub, "good")
     hello(good)
