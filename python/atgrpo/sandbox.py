@@ -12,7 +12,7 @@
     results[1].tests[1]      # .verdict .detail .stderr_tail .stdout (bytes) .wall_s
 
 Verdicts (`Verdict`): passed, wrong_answer, runtime_error, timeout, memory_limit, output_limit,
-sandbox_error, skipped. A program never raises: whatever it does ends in verdicts. Exceptions are
+unsupported_value, sandbox_error, skipped. A program never raises: whatever it does ends in verdicts. Exceptions are
 for the caller's mistakes (`SandboxConfigError`, `InvalidProgramError`), a closed sandbox
 (`SandboxClosedError`) and a machine that cannot give the isolation asked for
 (`SandboxUnavailableError`); all derive from `atgrpo.errors.AtgrpoError`.
@@ -20,10 +20,17 @@ for the caller's mistakes (`SandboxConfigError`, `InvalidProgramError`), a close
 Formats. `stdio_program`: each case runs the program as `__main__` with its own stdin; stdout is
 compared in Rust with the expected text, line by line with surrounding whitespace ignored
 (`expected=None` only runs it and returns stdout, e.g. for a tool agent's move-printing program).
-`function_program`: the program, then `setup`, then each test snippet in the same namespace; a test
-passes when it finishes, `AssertionError` is a wrong answer, anything else a runtime error. All
-tests of a program share one interpreter start; a test that kills it (timeout, crash) costs a
-restart for the rest, up to `max_starts`.
+`function_program`: the program, then `setup`, then each test snippet; a test passes when it
+finishes, `AssertionError` is a wrong answer, anything else a runtime error. The program runs in a
+process of its own; setup and tests run in a separate checker that sees the program's functions
+and classes as stand-ins: `f(x)` sends `x` to the program and gets the result back as plain data
+(None, bool, int, float, complex, str, bytes, and lists, tuples, dicts, sets of them), compared by
+the checker's own `==`, so the program can neither grade itself nor return an object that claims
+to be equal. A test that needs the value of anything else the program gives (an instance of its
+own class, a subclass of int, a generator) gets `unsupported_value`; passing a lambda to the
+program is unsupported too; calls, attribute reads and exceptions cross (as their builtin class).
+Only the setup's one-line imports also run in the program's module. All tests of a program share
+one start; a test that kills it (timeout, crash) costs a restart for the rest, up to `max_starts`.
 
 Threads and ownership: `run_batch` copies the programs, releases the GIL and blocks its caller
 until every result is in (input order); call it from any number of threads, or await
@@ -94,6 +101,8 @@ class Verdict(StrEnum):
     TIMEOUT = "timeout"
     MEMORY_LIMIT = "memory_limit"
     OUTPUT_LIMIT = "output_limit"
+    UNSUPPORTED_VALUE = "unsupported_value"
+    """A function test needed a value of the program that is not plain data (a failure)."""
     SANDBOX_ERROR = "sandbox_error"
     SKIPPED = "skipped"
 

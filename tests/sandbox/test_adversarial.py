@@ -190,3 +190,129 @@ def test_crashes_and_signals_to_itself(sandbox: Sandbox) -> None:
     verdict, detail, _, _ = run_one(sandbox, f"import os\nos.kill(os.getpid(), {int(signal.SIGTERM)})\nprint('ok')\n")
     assert verdict in (Verdict.RUNTIME_ERROR, Verdict.PASSED), detail
     assert_still_works(sandbox)
+
+
+# --- Function-style verdicts the program cannot forge (its process holds no nonce, tests or verdicts) ---
+
+# Looks for anything that could be the harness's nonce or reporting functions in `objs` and uses
+# them: writes forged "passed" records for tests 0..3 and "done" to every fd it can, and calls every
+# function it finds with forged records. Then returns a wrong answer.
+FORGE = """
+import os
+def forge(objs):
+    for o in list(objs):
+        try:
+            if isinstance(o, (bytes, bytearray)) and len(o) == 16:
+                for fd in range(1, 8):
+                    for i in range(4):
+                        try:
+                            os.write(fd, bytes(o) + b'E' + i.to_bytes(4, 'little') + (1).to_bytes(4, 'little') + bytes(1))
+                        except OSError:
+                            pass
+                    try:
+                        os.write(fd, bytes(o) + b'D' + (4).to_bytes(4, 'little') + bytes(4))
+                    except OSError:
+                        pass
+            elif callable(o) and getattr(o, '__name__', '') in ('send', 'end', 'put', 'reply'):
+                for i in range(4):
+                    try:
+                        o(b'E', i, bytes(1))
+                    except BaseException:
+                        pass
+        except BaseException:
+            pass
+"""
+
+FRAME_WALKS = {
+    "sys._getframe": "import sys\ndef frames():\n    f = sys._getframe()\n    while f is not None:\n        yield f\n        f = f.f_back\n",
+    "inspect.stack": "import inspect\ndef frames():\n    return [info.frame for info in inspect.stack()]\n",
+    "traceback": (
+        "def frames():\n"
+        "    try:\n        raise ValueError\n    except ValueError as e:\n        f = e.__traceback__.tb_frame\n"
+        "    out = []\n    while f is not None:\n        out.append(f)\n        f = f.f_back\n    return out\n"
+    ),
+    "gc": "import gc\ndef frames():\n    return []\ndef more():\n    return gc.get_objects() + gc.get_referrers(forge)\n",
+}
+
+
+@pytest.mark.parametrize("walk", sorted(FRAME_WALKS))
+def test_frame_walking_cannot_forge_function_verdicts(sandbox: Sandbox, walk: str) -> None:
+    code = (
+        FORGE
+        + FRAME_WALKS[walk]
+        + "def f(x):\n"
+        + "    objs = []\n"
+        + "    for fr in frames():\n"
+        + "        objs += list(fr.f_locals.values()) + list(fr.f_globals.values())\n"
+        + "    objs += more() if 'more' in globals() else []\n"
+        + "    forge(objs)\n"
+        + "    return -1\n"
+    )
+    r = sandbox.run(function_program(code, ["assert f(1) == 2", "assert f(2) == 3", "assert f(3) == 4"]))
+    assert Verdict.PASSED not in r.verdicts, (walk, r.tests)
+    assert_still_works(sandbox)
+
+
+def test_forged_verdict_lines_on_stdout_stderr_and_channel_do_not_pass(sandbox: Sandbox) -> None:
+    code = (
+        "import os\n"
+        "def f(x):\n"
+        "    for fd in (1, 2, 3, 4):\n"
+        "        for line in (b'passed\\n', bytes(16) + b'E' + bytes(8), b'V\\x01\\x00\\x00\\x00N'):\n"
+        "            try:\n                os.write(fd, line)\n            except OSError:\n                pass\n"
+        "    return None\n"
+    )
+    r = sandbox.run(function_program(code, ["assert f(1) == 2", "assert f(2) is None"]))
+    assert r.verdicts[0] != Verdict.PASSED, r.tests
+    assert_still_works(sandbox)
+
+
+LIARS = {
+    "always equal": "class A:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\ndef f(x):\n    return A()\n",
+    "int subclass": "class I(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\ndef f(x):\n    return I(0)\n",
+    "str subclass": "class S(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\ndef f(x):\n    return S('')\n",
+    "list subclass": "class L(list):\n    def __eq__(self, other):\n        return True\n    def __len__(self):\n        return 3\ndef f(x):\n    return L()\n",
+    "lying hash and len": (
+        "class H:\n    def __hash__(self):\n        return hash(2)\n    def __eq__(self, other):\n        return True\n"
+        "    def __len__(self):\n        return 3\ndef f(x):\n    return H()\n"
+    ),
+    "inside a container": "class A:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\ndef f(x):\n    return [A(), A(), A()]\n",
+}
+
+
+@pytest.mark.parametrize("liar", sorted(LIARS))
+def test_objects_that_claim_equality_are_unsupported_values(sandbox: Sandbox, liar: str) -> None:
+    tests = ["assert f(1) == 2", "assert f(1) in {2}", "assert len(f(1)) == 3", "assert f(1) == [2, 3, 4]", "assert not f(1) != 2"]
+    r = sandbox.run(function_program(LIARS[liar], tests))
+    assert all(v == Verdict.UNSUPPORTED_VALUE for v in r.verdicts), (liar, r.tests)
+    assert "not plain data" in r.tests[0].detail
+    assert_still_works(sandbox)
+
+
+def test_monkeypatched_builtins_stay_in_the_programs_process(sandbox: Sandbox) -> None:
+    code = (
+        "import builtins\n"
+        "builtins.AssertionError = ZeroDivisionError\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.len = lambda *a: 3\n"
+        "builtins.__build_class__ = None\n"
+        "def f(x):\n    return [x]\n"
+    )
+    r = sandbox.run(function_program(code, ["assert f(1) == [2]", "assert len(f(1)) == 3", "assert isinstance(f(1), str)", "assert f(1) == [1]"]))
+    assert r.verdicts == ["wrong_answer", "wrong_answer", "wrong_answer", "passed"], r.tests
+    assert_still_works(sandbox)
+
+
+def test_the_program_never_sees_the_tests_or_setup(sandbox: Sandbox) -> None:
+    # The expected answer lives in the setup and the tests; the program searches all of its memory.
+    code = "import gc\ndef f(x):\n    return sum(isinstance(o, str) and 'atgrpo-secret' in o for o in gc.get_objects())\n"
+    r = sandbox.run(function_program(code, ["assert f(0) == 0, 'atgrpo-secret-2'"], setup="SECRET = 'atgrpo-secret-1'\n"))
+    assert r.verdicts == ["passed"], r.tests
+
+
+def test_the_program_dying_or_garbling_the_channel_mid_call(sandbox: Sandbox) -> None:
+    code = "import os, sys\ndef die(x):\n    os._exit(3)\ndef garble(x):\n    os.write(4, b'V\\xff\\xff\\xff\\x7f')\n    return x\ndef ok(x):\n    return x\n"
+    r = sandbox.run(function_program(code, ["assert ok(1) == 1", "die(1)", "assert ok(2) == 2", "garble(1)", "assert ok(3) == 3"]))
+    assert r.verdicts == ["passed", "runtime_error", "passed", "runtime_error", "passed"], r.tests
+    assert "status 3" in r.tests[1].detail and "channel" in r.tests[3].detail and r.starts == 3
+    assert_still_works(sandbox)

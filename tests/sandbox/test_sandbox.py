@@ -219,3 +219,23 @@ def test_a_forked_copy_of_the_host_gets_an_error_not_a_hang(sandbox: Sandbox) ->
 def test_a_tight_timeout_is_a_verdict_not_a_construction_failure() -> None:
     with make("namespaces", timeout_s=0.01) as sb:  # the self-test runs with generous limits
         assert sb.run(function_program("import time\ntime.sleep(1)", ["assert 1"])).verdicts == ["timeout"]
+
+
+def test_function_tests_reach_the_program_through_plain_data(sandbox: Sandbox) -> None:
+    # LeetCode style through the datasets' own call-test setup: `Solution` is a real class in the
+    # checker (isinstance/hasattr work), its instance and methods live in the program's process.
+    from atgrpo.data.calltests import CALL_TEST_SETUP, call_test
+
+    solution = "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n                return [seen[target - x], i]\n            seen[x] = i\n"
+    tests = [call_test("twoSum", [[2, 7, 11, 15], 9], [0, 1]), call_test("twoSum", [[3, 3], 6], [1, 0])]
+    assert sandbox.run(function_program(solution, tests, CALL_TEST_SETUP)).verdicts == ["passed", "wrong_answer"]
+    # Exceptions cross as their builtin class, keyword arguments and the program's plain globals too,
+    # and classes of standard data modules are the checker's own.
+    code = "from collections import Counter\nLIMIT = 3\nclass Bad(ValueError):\n    pass\ndef f(x, *, scale=1):\n    if x < 0:\n        raise Bad('negative')\n    return (x * scale, [x] * LIMIT)\n"
+    tests = [
+        "try:\n    f(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    raise AssertionError",
+        "assert f(2, scale=3) == (6, [2, 2, 2]) and LIMIT == 3",
+        "assert Counter(f(1)[1]) == Counter({1: 3}) and type(f(1)) is tuple",
+        "assert f(1) == [1, [1, 1, 1]]",
+    ]
+    assert sandbox.run(function_program(code, tests)).verdicts == ["passed", "passed", "passed", "wrong_answer"]

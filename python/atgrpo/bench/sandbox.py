@@ -5,8 +5,9 @@ interpreter is spawned the same way (clone(CLONE_VM|CLONE_VFORK), python -I -S) 
 Landlock, seccomp, rlimits or private directory. So "overhead" is exactly what isolation costs per
 execution. Rows:
 
-- latency of one execution (a one-assert program, one worker), median over interleaved samples,
-  with the overhead in ms (target: at most 2 ms over the reference);
+- latency of one execution (a one-assert function program, one worker: two interpreters, the
+  program's own process and the checker that runs the assert, on both sides), median over
+  interleaved samples, with the overhead in ms (target: at most 2 ms over the reference);
 - the same after this process allocated and touched 2 GB (a large actor): spawning must not copy
   the parent, so neither side should slow down (`extra.fork_exec_pass_ms` shows what a fork-based
   launcher pays for `python -I -S -c pass` in the same state);

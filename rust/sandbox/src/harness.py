@@ -1,10 +1,15 @@
-# The in-sandbox harness, run as `python -I -S -c <this file>`. Protocol: see protocol.rs.
+# The in-sandbox harness (the checker): `python -I -S -c BOOT` runs codec.py + remote.py + this,
+# compiled once per sandbox. Protocol: protocol.rs.
 #
 # fd 3 (from the host): 16-byte nonce, header, program, setup and tests (or stdin of each case); then
 # one b"c" per finished test. fd 4 (to the host): records `nonce kind index length payload`.
-# The nonce is read first into a bytearray and is never in argv, the environment or a file, so a
-# program that only prints, exits early or writes to fd 4 cannot forge a result; one that digs
-# through the interpreter's memory could (documented in the crate docs).
+# The nonce is read first into a bytearray and is never in argv, the environment or a file.
+# Stdio mode: the program runs here, once per case; its stdout is judged by the host, so nothing it
+# can reach here decides a verdict. Function mode: the program runs in a process of its own
+# (candidate.py) that the host started next to this one, reached only through fds 5 (requests) and 6
+# (replies); setup and tests run here with the program's functions replaced by `Remote` stand-ins,
+# so `f(x)` here is a round trip that returns plain data (codec.py) and `==` is this interpreter's
+# own. The program never shares an interpreter with the nonce, the tests or the expected values.
 def _atgrpo_harness():
     import builtins
     import os
@@ -90,13 +95,23 @@ def _atgrpo_harness():
         sys.modules[name] = module
         return module.__dict__
 
+    codec = _atgrpo_codec()
+    Unsupported = codec[2]
+
     def status(e):
-        return 3 if isinstance(e, MemErr) else 1 if isinstance(e, AssertErr) else 2
+        return 4 if isinstance(e, Unsupported) else 3 if isinstance(e, MemErr) else 1 if isinstance(e, AssertErr) else 2
 
     def failure(e):
         try:
-            if e.__traceback__ is not None:
-                e.__traceback__ = e.__traceback__.tb_next  # the harness's own frame
+            # Frames of this harness (the file is "<string>") and of the stand-ins are noise.
+            tb, keep = e.__traceback__, []
+            while tb is not None:
+                if tb.tb_frame.f_code.co_filename != "<string>":
+                    keep.append(tb)
+                tb = tb.tb_next
+            for a, b in zip(keep, keep[1:] + [None]):
+                a.tb_next = b
+            e.__traceback__ = keep[0] if keep else None
             hook(type(e), e, e.__traceback__)
         except Base:
             pass
@@ -105,6 +120,16 @@ def _atgrpo_harness():
         except Base:
             text = "exception"
         return status(e), text[:500]
+
+    def broken(why):
+        # The program's process exited, closed its end or sent garbage: the host sees status 75
+        # and blames the program (with its exit status, if it exited).
+        flush()
+        try:
+            write(err_fd, f"\nthe program's process broke the call channel: {why}\n".encode())
+        except Base:
+            pass
+        exit_now(75)
 
     def exit_status(e):
         c = e.code
@@ -124,12 +149,11 @@ def _atgrpo_harness():
     bind_streams()
     if mode == b"f":
         g = fresh_main("__candidate__")
+        loaded = _atgrpo_checker(g, code, setup, codec, broken)
+        if loaded is not None:
+            end(b"P", first, *loaded)
+            exit_now(0)
         try:
-            try:
-                exec_(compile_(code, "<program>", "exec", dont_inherit=True), g)
-            except Exit as e:
-                if exit_status(e)[0]:
-                    raise
             if setup:
                 exec_(compile_(setup, "<setup>", "exec", dont_inherit=True), g)
         except Base as e:

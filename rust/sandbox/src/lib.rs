@@ -5,7 +5,9 @@
 //!   .run_batch(programs)           workers run them concurrently, results in input order
 //!      Worker::run(program)        private dir; interpreter starts (restart after a fatal test)
 //!         spawn::spawn             clone(CLONE_VM|CLONE_VFORK) -> isolate -> execve python -I -S
-//!         harness.py <-> protocol  every test of the start in one interpreter, results on fd 4
+//!         harness.py <-> protocol  every test of the start in one checker, results on fd 4
+//!         candidate.py             function mode: the program in its own process, called by the
+//!                                  checker over a pipe pair, answering in plain data (codec.py)
 //! ```
 //!
 //! Isolation layers (see `pool::IsolationReport` for what a given machine got): per-execution
@@ -16,11 +18,16 @@
 //! dumps); a scrubbed environment; `-I -S`; kill of the whole pid namespace (or process group).
 //!
 //! Trust boundary of the verdicts: stdout is compared in the host; assert-style results come from
-//! the harness inside the interpreter over a private fd, authenticated by a per-start nonce that is
-//! never in argv, the environment or a file. A program that prints, exits early, closes fds or
-//! writes to fd 4 cannot forge a pass. A program that deliberately walks the interpreter's frames
-//! or memory (`sys._getframe`, `ctypes`) to find the nonce could; nothing inside one interpreter
-//! can stop that, and such a program is visible in its source.
+//! the harness over a private fd, authenticated by a per-start nonce that is never in argv, the
+//! environment or a file. In function mode the program does not run in that interpreter at all:
+//! it gets a process of its own (`candidate.py`), with the same isolation, that holds neither the
+//! nonce nor the result pipe nor the tests; the checker runs setup and tests with the program's
+//! functions replaced by stand-ins (`remote.py`) whose calls return plain data decoded by
+//! `codec.py`, compared by the checker's own `==`. Frame walking, `gc`, `ctypes`, monkeypatched
+//! builtins or an object whose `__eq__` always says yes can only ever reach the program's own
+//! process. What remains (README "Sandbox"): the tests and setup are trusted code; a program can
+//! still return the right plain values by any means it has (e.g. a copy of the prompt's helpers it
+//! rewrote); stdio programs print what they like, and the host judges it.
 //!
 //! Linux only (x86_64, aarch64), kernel >= 5.4 (pidfds). Optional, probed once: user namespaces,
 //! Landlock (5.13), `mount_setattr` (5.12), seccomp; `IsolationReport` says what was found.
@@ -34,6 +41,7 @@ mod program;
 mod protocol;
 mod run;
 mod seccomp;
+mod session;
 mod spawn;
 mod sys;
 

@@ -24,7 +24,7 @@ use crate::error::{Result, SandboxError};
 use crate::landlock::{self, Fence};
 use crate::namespaces;
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
-use crate::protocol::HARNESS;
+use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS};
 use crate::run::{Isolation, Shared, Worker};
 use crate::seccomp;
 use crate::spawn::Stacks;
@@ -94,6 +94,42 @@ fn python_prefixes(python: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The harness scripts as `len:u32 marshal` blobs for `BOOT`, compiled by the interpreter that will
+/// run them (the marshal format belongs to its version).
+fn compile_scripts(python: &Path, scripts: &[&str]) -> Result<Vec<Vec<u8>>> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let failed = |e: String| SandboxError::Unavailable(format!("{} could not compile the harness: {e}", python.display()));
+    let mut child = Command::new(python)
+        .args(["-I", "-S", "-c", COMPILER])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let input = scripts.join("\0");
+    let writer = child.stdin.take().map(|mut stdin| std::thread::spawn(move || stdin.write_all(input.as_bytes())));
+    let out = child.wait_with_output().map_err(|e| failed(e.to_string()))?;
+    let _ = writer.map(|w| w.join());
+    if !out.status.success() {
+        return Err(failed(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    let (mut blobs, mut rest) = (Vec::new(), out.stdout.as_slice());
+    while rest.len() >= 4 {
+        let n = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize + 4;
+        if rest.len() < n {
+            break;
+        }
+        blobs.push(rest[..n].to_vec());
+        rest = &rest[n..];
+    }
+    if blobs.len() != scripts.len() || !rest.is_empty() {
+        return Err(failed("malformed compiler output".into()));
+    }
+    Ok(blobs)
+}
+
 fn seccomp_available() -> bool {
     let arch_ok = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
     arch_ok && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0
@@ -123,7 +159,9 @@ impl Sandbox {
         cfg.validate()?;
         let python_path = cfg.resolve_python()?;
         let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
-        let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(HARNESS).unwrap()].to_vec();
+        let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(BOOT).unwrap()].to_vec();
+        let mut compiled = compile_scripts(&python_path, &[HARNESS, CANDIDATE])?.into_iter();
+        let (harness_code, candidate_code) = (compiled.next().unwrap_or_default(), compiled.next().unwrap_or_default());
         let work_root = make_work_root(&cfg)?;
         let isolated = !cfg.unsafe_no_isolation;
         let abi = if isolated { landlock::abi_version() } else { 0 };
@@ -153,6 +191,8 @@ impl Sandbox {
             cfg: cfg.clone(),
             python,
             argv,
+            harness_code,
+            candidate_code,
             work_root,
             isolation: Isolation::None,
             fence,

@@ -5,7 +5,9 @@
 //! normalised, see `outputs_match`), so the program cannot report its own success. `Function`: the
 //! program defines functions, `setup` runs after it (e.g. HumanEval's `check`), then each test is a
 //! snippet of Python run in the same namespace; it passes when it finishes, fails with an
-//! `AssertionError` (wrong answer) or any other exception (runtime error).
+//! `AssertionError` (wrong answer) or any other exception (runtime error). The program itself runs
+//! in a process of its own and its values reach the tests as plain data only (see `lib.rs`); a test
+//! that needs any other value of the program gets `unsupported_value`.
 
 use serde::Serialize;
 
@@ -68,6 +70,10 @@ pub enum Verdict {
     Timeout,
     MemoryLimit,
     OutputLimit,
+    /// Function tests: the test needed the value of something the program gave that is not plain
+    /// data (None, bool, int, float, complex, str, bytes, and lists, tuples, dicts, sets of them),
+    /// e.g. compared an object of its own class, a subclass of `int` or a generator. A failure.
+    UnsupportedValue,
     /// The sandbox itself failed (spawn error, harness protocol broken).
     SandboxError,
     /// Not run: the program's interpreter starts or its time budget were used up by earlier tests.
@@ -83,6 +89,7 @@ impl Verdict {
             Verdict::Timeout => "timeout",
             Verdict::MemoryLimit => "memory_limit",
             Verdict::OutputLimit => "output_limit",
+            Verdict::UnsupportedValue => "unsupported_value",
             Verdict::SandboxError => "sandbox_error",
             Verdict::Skipped => "skipped",
         }

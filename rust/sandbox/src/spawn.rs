@@ -14,7 +14,7 @@
 //! pid 1 of its pid namespace: when it dies, the kernel kills everything it left behind.
 //!
 //! In the execution child, in order: uid/gid map (uid 1000 inside), default signal handlers,
-//! `setsid`, stdio on fds 0-4, `chdir` to the private directory, dropped capability bounding set
+//! `setsid`, stdio on fds 0-4 (0-6 for a function-mode checker), `chdir` to the private directory, dropped capability bounding set
 //! (root without namespaces), rlimits, parent-death signal, `no_new_privs`, Landlock, every other fd
 //! closed, seccomp, signal mask cleared, `execve` with a scrubbed environment. A failing step
 //! writes `(step, errno)` to a close-on-exec pipe and exits 127; the parent reads the pipe once the
@@ -30,6 +30,9 @@ use crate::sys::{self, Stack};
 
 /// The uid and gid a program has inside its user namespace.
 pub const INNER_ID: u32 = 1000;
+/// Most fds a child is given (the checker of function mode has seven: stdio, control, results,
+/// and its two ends of the call channel).
+pub const MAX_STDIO: usize = 7;
 
 pub struct Stacks {
     joiner: Stack,
@@ -48,8 +51,8 @@ pub struct Request<'a> {
     pub argv: &'a [CString],
     pub env: &'a [CString],
     pub cwd: &'a CString,
-    /// Sources of fds 0..5 in the child (all numbered >= 10, see `sys::pipe`).
-    pub stdio: [RawFd; 5],
+    /// Sources of fds 0, 1, ... in the child, at most `MAX_STDIO` (all numbered >= 10, see `sys::pipe`).
+    pub stdio: &'a [RawFd],
     pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
     /// Isolation steps; `None` for the unisolated benchmark reference.
     pub isolation: Option<Isolation<'a>>,
@@ -96,7 +99,8 @@ struct Plan {
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
-    stdio: [RawFd; 5],
+    stdio: [RawFd; MAX_STDIO],
+    n_stdio: usize,
     rlimits: *const (libc::__rlimit_resource_t, u64),
     n_rlimits: usize,
     isolated: bool,
@@ -188,7 +192,7 @@ extern "C" fn execution(arg: *mut libc::c_void) -> libc::c_int {
         if plan.isolated && libc::setsid() < 0 {
             return fail(plan, 8);
         }
-        for (target, &src) in plan.stdio.iter().enumerate() {
+        for (target, &src) in plan.stdio[..plan.n_stdio].iter().enumerate() {
             if libc::dup2(src, target as RawFd) < 0 {
                 return fail(plan, 9);
             }
@@ -225,7 +229,7 @@ extern "C" fn execution(arg: *mut libc::c_void) -> libc::c_int {
                 return fail(plan, 13);
             }
         }
-        close_other_fds(plan.err_fd);
+        close_other_fds(plan.n_stdio as u32, plan.err_fd);
         if !plan.filter.is_null() {
             let prog = std::slice::from_raw_parts_mut(plan.filter, plan.filter_len);
             let slots = std::slice::from_raw_parts(plan.slots, plan.n_slots);
@@ -243,9 +247,9 @@ extern "C" fn execution(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Closes every fd above the five stdio/protocol ones except the error pipe (close-on-exec).
-unsafe fn close_other_fds(keep: RawFd) {
-    let ranges = [(5u32, keep as u32 - 1), (keep as u32 + 1, u32::MAX)];
+/// Closes every fd from `first` on except the error pipe (close-on-exec).
+unsafe fn close_other_fds(first: u32, keep: RawFd) {
+    let ranges = [(first, keep as u32 - 1), (keep as u32 + 1, u32::MAX)];
     for (lo, hi) in ranges {
         if lo <= hi && libc::syscall(libc::SYS_close_range, lo, hi, 0u32) != 0 {
             // Kernels before 5.9: close one by one up to a generous bound.
@@ -262,6 +266,11 @@ fn c_array(items: &[CString]) -> Vec<*const libc::c_char> {
 
 /// Starts the interpreter as described; `Err` names the step that failed.
 pub fn spawn(req: Request<'_>, stacks: &mut Stacks) -> Result<Child, String> {
+    if req.stdio.len() > MAX_STDIO {
+        return Err(format!("{} fds for the child; at most {MAX_STDIO}", req.stdio.len()));
+    }
+    let mut stdio = [-1; MAX_STDIO];
+    stdio[..req.stdio.len()].copy_from_slice(req.stdio);
     let argv = c_array(req.argv);
     let envp = c_array(req.env);
     let (err_r, err_w) = sys::pipe().map_err(|e| format!("error pipe: {e}"))?;
@@ -272,7 +281,8 @@ pub fn spawn(req: Request<'_>, stacks: &mut Stacks) -> Result<Child, String> {
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: req.cwd.as_ptr(),
-        stdio: req.stdio,
+        stdio,
+        n_stdio: req.stdio.len(),
         rlimits: req.rlimits.as_ptr(),
         n_rlimits: req.rlimits.len(),
         isolated: req.isolation.is_some(),

@@ -136,6 +136,30 @@ pub fn wait_pidfd(pidfd: RawFd, reap: bool) -> io::Result<ExitInfo> {
     Ok(ExitInfo { code, signal, cpu_s: tv(usage.ru_utime) + tv(usage.ru_stime) })
 }
 
+/// Writes all of `buf` to a blocking fd.
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = write_some(fd, buf)?;
+        buf = &buf[n..];
+    }
+    Ok(())
+}
+
+/// Whether `fd` becomes readable within `ms` milliseconds (for a pidfd: whether the process exited).
+pub fn poll_readable(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms.max(0) as u64);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now()).as_millis() as i32;
+        match unsafe { libc::poll(&mut p, 1, left) } {
+            r if r > 0 => return p.revents != 0,
+            0 => return false,
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            _ => return false,
+        }
+    }
+}
+
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGKILL => "SIGKILL",

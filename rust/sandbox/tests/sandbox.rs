@@ -134,3 +134,14 @@ fn a_detached_grandchild_is_dead_after_the_verdict() {
         .collect();
     assert!(alive.is_empty(), "grandchildren still alive: {alive:?}");
 }
+
+#[test]
+fn function_verdicts_come_from_a_checker_the_program_cannot_reach() {
+    for ns in [true, false] {
+        let s = sandbox(ns);
+        // The program searches its whole interpreter for the harness's nonce and reporting pipe.
+        let code = "import gc, os\nclass A:\n    def __eq__(self, o):\n        return True\ndef f(x):\n    for o in gc.get_objects():\n        if isinstance(o, bytearray) and len(o) == 16:\n            os.write(4, bytes(o) + b'E' + bytes(8))\n    return A()\ndef g(x):\n    return x + 1\n";
+        let p = function(code, &["assert f(1) == 2", "assert g(1) == 2"]);
+        assert_eq!(verdicts(&s, p), [Verdict::UnsupportedValue, Verdict::Passed], "{:?}", s.isolation());
+    }
+}
