@@ -30,6 +30,13 @@ SHARES = [
 ]
 """Per step, per rank of a 2-rank job: indices of the step's micro-batches the rank trains on."""
 
+STREAM_CHUNKS = [
+    [[[0], [], [2]], [[], [1, 3], []]],  # step 1: three arrivals, a rank often has nothing in one
+    [[[1], [0, 2]], [[], []]],  # step 2: rank 1 has nothing at all
+]
+"""Per step, per rank: the rank's micro-batches in the order a streaming learner gets them, one
+`accumulate` call per chunk; every rank makes the same number of calls."""
+
 
 def build_model(folder: Path) -> Path:
     return build_tiny_model(SPEC, folder)

@@ -2,7 +2,8 @@
 
 For each ZeRO stage asked for: train steps 1-2 on this rank's share (`deepspeed_cases.SHARES`),
 export the weights, save a checkpoint, train step 3 ("unstopped"), then build a fresh backend, load
-the checkpoint and train step 3 again ("resumed"). Writes `<out>/stage<S>_rank<R>.pt`; the test
+the checkpoint and train step 3 again ("resumed"); then steps 1-2 once more on a third backend, the
+share arriving in chunks (`STREAM_CHUNKS`, one `accumulate` each) as a streaming learner gets it. Writes `<out>/stage<S>_rank<R>.pt`; the test
 process compares ranks with each other and with a single-process TorchBackend.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from deepspeed_cases import EXTRA_CONFIG, LOSS, LR, SHARES, WEIGHT_DECAY, checksum, from_dicts
+from deepspeed_cases import EXTRA_CONFIG, LOSS, LR, SHARES, STREAM_CHUNKS, WEIGHT_DECAY, checksum, from_dicts
 
 from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 from atgrpo.learner.distributed import get_rank, get_world_size, init_distributed_from_env
@@ -60,6 +61,12 @@ def main() -> None:
         fresh.load_checkpoint(ckpt)
         resumed_metrics = fresh.train_step(share(2), totals[2])
         resumed = fresh.export_weights()
+        streamed = backend(stage)  # steps 1-2 again, each rank's share arriving in chunks
+        streamed_metrics = []
+        for i, chunks in enumerate(STREAM_CHUNKS):
+            for chunk in chunks[rank]:
+                streamed.accumulate([steps[i][j] for j in chunk])
+            streamed_metrics.append(streamed.finish_step(totals[i]))
         torch.save(
             {
                 "metrics": metrics,
@@ -68,10 +75,12 @@ def main() -> None:
                 "checksum": checksum(weights),
                 "unstopped": unstopped,
                 "resumed": resumed,
+                "streamed": streamed.export_weights(),
+                "streamed_metrics": streamed_metrics,
             },
             args.out / f"stage{stage}_rank{rank}.pt",
         )
-        del b, fresh
+        del b, fresh, streamed
     torch.distributed.destroy_process_group()
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from deepspeed_cases import (
-    EXTRA_CONFIG, LOSS, LR, WEIGHT_DECAY, build_model, checksum, choose_grad_clip, make_steps, to_dicts,
+    EXTRA_CONFIG, LOSS, LR, STREAM_CHUNKS, WEIGHT_DECAY, build_model, checksum, choose_grad_clip, make_steps, to_dicts,
     total_tokens,
 )
 
@@ -278,3 +278,26 @@ def test_shared_prefix_batches_under_zero(world_of_one, model_dir, stage):
         got = ds.train_step(build_microbatches(samples, adv, max_tokens=64, pad_id=0, share_prefix=True), total)
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
         assert_weights_close(ds.export_weights(), snapshot(ref))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_two_ranks_streamed_equal_batch(two_ranks, full_batch_reference, stage):
+    """The same update when each rank's share arrives in chunks (a streaming learner) as when the
+    whole batch is trained at once: gradients of unnormalised sums, scaled once at the step's end."""
+    ranks = [torch.load(two_ranks / f"stage{stage}_rank{r}.pt", weights_only=True) for r in range(2)]
+    ref_metrics, ref_after_2, _ = full_batch_reference
+    assert_weights_equal(ranks[0]["streamed"], ranks[1]["streamed"])
+    assert_weights_close(ranks[0]["streamed"], ref_after_2)
+    for got, want in zip(ranks[0]["streamed_metrics"], ref_metrics[:2], strict=True):
+        assert_metrics_close(got, want)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_world_of_one_streamed_equals_batch(world_of_one, model_dir, steps, grad_clip, stage):
+    ref, ds = torch_backend(model_dir, grad_clip), ds_backend(model_dir, stage, grad_clip)
+    for i, chunks in enumerate(STREAM_CHUNKS):
+        want = ref.train_step(steps[i], total_tokens(steps[i]))
+        for chunk in chunks[0] + chunks[1]:
+            ds.accumulate([steps[i][j] for j in chunk])
+        assert_metrics_close(ds.finish_step(total_tokens(steps[i])), want)
+    assert_weights_close(ds.export_weights(), snapshot(ref))

@@ -1,15 +1,21 @@
 """The learner backend contract: one policy's model and optimizer, trained one AT-GRPO step at a time.
 
-A backend owns its model and optimizer; nothing else touches them. `train_step` runs forward and
-backward over the micro-batches it is given (gradient accumulation), clips the gradient norm and
-takes exactly one optimizer step. In a multi-rank job each rank passes its own share of micro-batches
-and the same `total_tokens` (the step's loss normalizer over all ranks); gradients are summed across
-ranks by the backend (each rank's loss is already a share of the global mean), so every rank ends the
-step with identical weights.
+A backend owns its model and optimizer; nothing else touches them. A step is built in two calls:
+`accumulate` runs forward and backward over micro-batches as they become available (any number of
+calls), and `finish_step` takes exactly one optimizer update. The loss is divided by the step's
+token total (`total_tokens`), which a streaming learner knows only when the step's last group is
+in; so `accumulate` back-propagates UNNORMALISED sums and `finish_step` scales the accumulated
+gradient by 1 / total_tokens once, right before clipping and the update. Scaling is linear, so the
+update equals the one of a loss divided up front, up to float rounding. `train_step` is the two in
+one call (the batch path).
 
-Metrics returned by `train_step` are the step's, flat: `loss`, `clip_frac`, `logprob_mismatch`,
-`is_weight` (each a `LossOutputs` sum over `total_tokens`), `grad_norm` (before clipping) and
-`tokens` (`total_tokens`).
+In a multi-rank job every rank calls both, in the same order, with its own share of micro-batches
+and the same `total_tokens` (the step's loss normalizer over all ranks); gradients are summed across
+ranks by the backend, so every rank ends the step with identical weights.
+
+Metrics returned by `finish_step` are the step's, flat: `loss`, `clip_frac`, `logprob_mismatch`,
+`is_weight` (each a `LossOutputs` sum over `total_tokens`), `grad_norm` (of the normalised gradient,
+before clipping) and `tokens` (`total_tokens`).
 """
 
 from __future__ import annotations
@@ -27,10 +33,22 @@ from atgrpo.learner.microbatch import MicroBatch
 
 class LearnerBackend(abc.ABC):
     model: torch.nn.Module
+    _sums: dict[str, float]
+    """Metric numerators of the step being accumulated."""
 
     @abc.abstractmethod
+    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
+        """Forward and backward (loss not normalised) over `micro_batches`, added to the step's gradient."""
+
+    @abc.abstractmethod
+    def finish_step(self, total_tokens: int) -> dict[str, float]:
+        """Scale the accumulated gradient by 1 / `total_tokens`, clip it and take one optimizer
+        update; returns the step's metrics (see the module docstring) and starts the next step."""
+
     def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
-        """One optimizer step; returns the step's metrics (see the module docstring)."""
+        """One whole optimizer step over `micro_batches` (the batch path)."""
+        self.accumulate(micro_batches)
+        return self.finish_step(total_tokens)
 
     @abc.abstractmethod
     def export_weights(self) -> dict[str, torch.Tensor]:
@@ -43,23 +61,26 @@ class LearnerBackend(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, folder: Path) -> None: ...
 
+    def _take_sums(self) -> dict[str, float]:
+        sums, self._sums = self._sums, {}
+        return sums
+
 
 def accumulate(
     model: torch.nn.Module,
     micro_batches: list[MicroBatch],
-    total_tokens: int,
     loss_cfg: LossConfig,
     backward: Callable[[torch.Tensor], None],
+    sums: dict[str, float],
     ref_model: torch.nn.Module | None = None,
-) -> dict[str, float]:
-    """Forward, loss and `backward(loss)` for every micro-batch; returns the summed metric numerators."""
-    sums: dict[str, float] = {}
+) -> None:
+    """Forward, unnormalised loss and `backward(loss)` for every micro-batch; adds the metric
+    numerators to `sums`."""
     for mb in micro_batches:
-        out = ppo_clip_loss(loss_inputs(model, mb, loss_cfg, ref_model), loss_cfg, total_tokens)
+        out = ppo_clip_loss(loss_inputs(model, mb, loss_cfg, ref_model), loss_cfg, 1)
         backward(out.loss)
         for k, v in out.sums().items():
             sums[k] = sums.get(k, 0.0) + v
-    return sums
 
 
 def finish_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float) -> dict[str, float]:

@@ -14,9 +14,16 @@ Invariants:
   `gradient_accumulation_steps: 1`: the caller (this class) owns the accumulation boundary and calls
   `engine.step()` once per `train_step`, however many micro-batches there were, and DeepSpeed never
   divides the loss by a GAS count (`backward(..., scale_wrt_gas=False)` on top of GAS 1).
-* Gradient sum across ranks. The loss divides by the step's *global* token count, so the step's
-  gradient is the SUM of the ranks' gradients. DeepSpeed AVERAGES over the data-parallel group, so
-  each rank's loss is multiplied by the world size before backward.
+* Gradient sum across ranks. The step's gradient is the SUM of the ranks' gradients. DeepSpeed
+  AVERAGES over the data-parallel group, so each rank's loss is multiplied by the world size before
+  backward.
+* Normalising at the end (the contract's `finish_step`). Backward runs on unnormalised sums; the
+  1 / total_tokens scale is applied by a pre-step hook on the client optimizer to exactly the
+  gradients it is about to apply (under ZeRO the optimizer steps one flat fp32 partition group at a
+  time, and each parameter's gradient is scaled once). ZeRO clips before that hook, on the unscaled gradient,
+  so for that one update its clip threshold is `grad_clip * total_tokens` (the same decision and
+  the same factor), and the reported norm is divided back. Without ZeRO this backend clips itself,
+  after scaling.
 * Uneven shares. Under ZeRO-2/3 every backward reduces gradients (and under ZeRO-3 every forward
   gathers parameters), so all ranks must run the same number of forward/backward passes. Each step
   first agrees on the largest micro-batch count (one all-reduce); a rank with fewer micro-batches,
@@ -149,10 +156,11 @@ class DeepSpeedBackend(LearnerBackend):
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         self._grad_norm: float | None = None
-        if zero_stage == 0:
-            # Without ZeRO, DeepSpeed clips inside step() and throws the norm away; clip here instead,
-            # after its all-reduce and right before the update, and keep the norm.
-            optimizer.register_step_pre_hook(self._clip_before_update)
+        self._scale = 1.0
+        self._scaled: set[int] = set()
+        self._sums: dict[str, float] = {}
+        self._passes = 0
+        optimizer.register_step_pre_hook(self._before_update)
         n_params = sum(p.numel() for p in model.parameters())
         # Buckets no larger than the model: DeepSpeed preallocates them (2 GB each at the default).
         bucket = int(min(_DEFAULT_BUCKET, max(n_params, 1_000_000)))
@@ -188,8 +196,18 @@ class DeepSpeedBackend(LearnerBackend):
         self.device = self.engine.device
         self._dummy = _dummy_microbatch(self.device, shared_prefix)
 
-    def _clip_before_update(self, optimizer, args, kwargs) -> None:
-        self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+    def _before_update(self, optimizer, args, kwargs) -> None:
+        # Scale what this update applies by 1 / total_tokens, each parameter's gradient once per step
+        # (parameters live for the whole run, so their ids are not reused as a freed grad's could be).
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and id(p) not in self._scaled:
+                    self._scaled.add(id(p))
+                    p.grad.mul_(self._scale)
+        if self.zero_stage == 0:
+            # Without ZeRO, DeepSpeed clips inside step() and throws the norm away; clip here instead,
+            # after its all-reduce and the scaling, right before the update, and keep the norm.
+            self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
 
     def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
         # float64 so that metric sums over many tokens do not lose digits; gloo and nccl both take it.
@@ -197,20 +215,40 @@ class DeepSpeedBackend(LearnerBackend):
         dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
+    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
+        # Under ZeRO-2/3 every backward is a collective: all ranks agree on the number of passes.
         passes = int(self._all_reduce([float(len(micro_batches))], dist.ReduceOp.MAX)[0])
         batches = [mb.to(self.device) for mb in micro_batches]
-        batches += [self._dummy] * (max(passes, 1) - len(batches))
+        batches += [self._dummy] * (passes - len(batches))
         scale = float(self.world_size)  # DeepSpeed averages over ranks; the loss wants the sum
 
         def backward(loss: torch.Tensor) -> None:
             self.engine.backward(loss * scale, scale_wrt_gas=False)
 
+        accumulate(self.engine, batches, self.loss_cfg, backward, self._sums, self.ref_model)
+        self._passes += passes
+
+    def finish_step(self, total_tokens: int) -> dict[str, float]:
+        if self._passes == 0:
+            self.accumulate([self._dummy])  # every rank ran >= 1 pass through the loss, so the metric keys agree
+        total = max(total_tokens, 1)
         self._grad_norm = None
-        sums = accumulate(self.engine, batches, total_tokens, self.loss_cfg, backward, self.ref_model)
-        self.engine.step()
-        grad_norm = self._grad_norm if self.zero_stage == 0 else self.engine.get_global_grad_norm()
-        keys = sorted(sums)  # every rank ran >= 1 pass through the loss, so the keys agree
+        self._scale, self._scaled = 1.0 / total, set()
+        if self.zero_stage > 0:
+            self.engine.optimizer.clip_grad = self.grad_clip * total
+        try:
+            self.engine.step()
+        finally:
+            if self.zero_stage > 0:
+                self.engine.optimizer.clip_grad = self.grad_clip
+            self._scaled, self._passes = set(), 0
+        if self.zero_stage == 0:
+            grad_norm = self._grad_norm
+        else:
+            norm = self.engine.get_global_grad_norm()
+            grad_norm = None if norm is None else float(norm) / total
+        sums = self._take_sums()
+        keys = sorted(sums)
         sums = dict(zip(keys, self._all_reduce([sums[k] for k in keys])))
         return finish_metrics(sums, total_tokens, float(grad_norm) if grad_norm is not None else float("nan"))
 

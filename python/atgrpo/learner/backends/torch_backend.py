@@ -26,18 +26,25 @@ class TorchBackend(LearnerBackend):
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if loss_cfg.kl_coef else None
+        self._sums: dict[str, float] = {}
 
-    def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = accumulate(self.model, micro_batches, total_tokens, self.loss_cfg, lambda l: l.backward(), self.ref_model)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            for p in self.model.parameters():
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                torch.distributed.all_reduce(p.grad)  # a sum: each rank's loss is a share of the global mean
+    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
+        accumulate(self.model, micro_batches, self.loss_cfg, lambda l: l.backward(), self._sums, self.ref_model)
+
+    def finish_step(self, total_tokens: int) -> dict[str, float]:
+        scale = 1.0 / max(total_tokens, 1)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        for p in self.model.parameters():
+            if p.grad is None and distributed:
+                p.grad = torch.zeros_like(p)  # every rank all-reduces every parameter, used or not
+            if p.grad is not None:
+                p.grad.mul_(scale)
+                if distributed:
+                    torch.distributed.all_reduce(p.grad)  # a sum: each rank's gradient is a share of the global mean
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
         self.optimizer.step()
-        return finish_metrics(sums, total_tokens, grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        return finish_metrics(self._take_sums(), total_tokens, grad_norm)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.model.state_dict().items()}
