@@ -170,8 +170,8 @@ def test_open_round_cuts_seeds_into_units_naming_the_current_versions(make_hub, 
     assert all(u.step == 3 and u.split == "train" and not u.greedy and u.versions == {"shared": 2} for u in units)
     leased = connect(hub, "d").request(WorkRequest("d"))
     assert isinstance(leased, NoWork) and "leased" in leased.reason
-    with pytest.raises(RuntimeError, match="still open"):
-        hub.open_round(4, seeds, 2, split="train", greedy=False)
+    with pytest.raises(RuntimeError, match="already open"):
+        hub.open_round(3, seeds, 2, split="train", greedy=False)
     for c, u in zip(clients, units):
         finish(c, u, tag=1)
     data = hub.wait_round(stall_timeout_s=5.0)

@@ -81,7 +81,7 @@ def test_ten_thousand_hostile_messages_change_nothing(make_hub, connect) -> None
     hello(good)
     hub.publish("shared", 0, {"w": __import__("torch").zeros(4)})
     seeds = list(range(40, 60))
-    hub.open_round(0, seeds, 2, split="train", greedy=False)
+    round_id = hub.open_round(0, seeds, 2, split="train", greedy=False)
     rng = np.random.default_rng(0)
     ctx = zmq.Context.instance()
     sock, leased, honest = None, [], None
@@ -99,7 +99,7 @@ def test_ten_thousand_hostile_messages_change_nothing(make_hub, connect) -> None
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(hub.endpoint.address)
-        if i % HONEST_EVERY == 0 and not hub._round.complete:
+        if i % HONEST_EVERY == 0 and not hub._rounds[round_id].complete:
             if honest is not None:
                 finish(good, honest, tag=2)
             honest = take_unit(good, timeout_s=10.0)
@@ -123,7 +123,7 @@ def test_ten_thousand_hostile_messages_change_nothing(make_hub, connect) -> None
     # The honest actor finishes its unit and every unit the hostile peers leased and dropped.
     if honest is not None:
         finish(good, honest, tag=2)
-    while not hub._round.complete:
+    while not hub._rounds[round_id].complete:
         unit = take_unit(good, timeout_s=10.0)
         finish(good, unit, tag=2)
     data = hub.wait_round(stall_timeout_s=10.0)

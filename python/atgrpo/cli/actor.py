@@ -17,6 +17,14 @@ def main(argv: list[str] | None = None) -> int:
     from atgrpo.actor.actor import Actor, ActorError, configure_threads
     from atgrpo.transport.errors import TransportError
 
+    from atgrpo.errors import PlacementError
+    from atgrpo.placement import pin
+
+    try:
+        pin(cfg.launch.actor_cpus, "launch.actor_cpus")
+    except PlacementError as exc:
+        log.error("%s", exc)
+        return 2
     configure_threads(cfg.launch.actor_threads)
     try:
         units = Actor(cfg, args.address, args.id).run()

@@ -150,7 +150,13 @@ class TrainSection(Section):
     """Weight of the KL penalty to a frozen copy of the initial model (0: off, no copy kept)."""
     max_staleness: int = Field(default=0, ge=0)
     """0: strict on-policy, a sample of any other policy version is rejected. k > 0: samples up to k
-    versions old are accepted and reweighted by truncated importance sampling (`is_cap`)."""
+    versions old are accepted and reweighted by truncated importance sampling (`is_cap`), and
+    actors roll out steps s+1..s+k while the learner trains step s (pipelining)."""
+    streaming: bool = True
+    """Train on each unit's samples as soon as the unit is in, while the rest of the step is rolled
+    out; the optimizers step when the step's last unit is in (the same update as waiting for the
+    whole step). Needs `minibatches = 1`; False (or more minibatches): collect the whole step, then
+    train."""
     is_cap: float = Field(default=2.0, gt=0.0)
     """Upper bound of the importance weight of a stale sample's tokens (used only when max_staleness > 0)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -204,6 +210,12 @@ class LaunchSection(Section):
     """torch intra-op threads of each learner rank (0: torch's default, one per core)."""
     actor_threads: int = Field(default=1, ge=1)
     """torch intra-op threads of each actor."""
+    learner_cpus: list[int] = Field(default_factory=list)
+    """CPU cores the learner runs on (`os.sched_setaffinity`; its torch threads then default to
+    their number). Empty: wherever the OS puts it. Disjoint from `actor_cpus`, it stands in for a
+    learner on its own accelerator."""
+    actor_cpus: list[int] = Field(default_factory=list)
+    """CPU cores every actor of this host runs on. Empty: wherever the OS puts them."""
 
 
 class MetricsSection(Section):

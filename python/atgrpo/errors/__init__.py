@@ -36,6 +36,7 @@ from atgrpo.errors.data import DatasetError, DatasetFileError, DatasetRecordErro
 from atgrpo.errors.runtime import (
     ActorError,
     CheckpointWriteError,
+    PlacementError,
     ConfigChangedError,
     EvalError,
     ModelImportError,
@@ -71,6 +72,7 @@ __all__ = [
     "AddressError",
     "AtgrpoError",
     "CheckpointWriteError",
+    "PlacementError",
     "ChecksumMismatch",
     "CurveKeyError",
     "DatasetError",

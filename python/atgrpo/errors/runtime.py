@@ -40,6 +40,11 @@ class CheckpointWriteError(AtgrpoError, OSError):
     removed and `checkpoints/latest` still names the previous complete one (`learner.trainer`)."""
 
 
+class PlacementError(AtgrpoError, ValueError):
+    """`launch.learner_cpus` / `launch.actor_cpus` name cores this process may not run on
+    (`atgrpo.placement`)."""
+
+
 class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 

@@ -2,9 +2,16 @@
 
 Threads and ownership: the hub's serve loop runs in its own thread and is the only user of the
 ROUTER socket. The orchestrator (learner rank 0's main thread) talks to it through `open_round`,
-`wait_round`, `publish` and `stop`, which only touch state under `self._lock`. So actors are answered while the
-learner trains (they get `NoWork` until the next step opens), leases keep expiring, and a dead actor
-is noticed at any time.
+`take`, `wait_round`, `publish` and `stop`, which only touch state under `self._lock`. So actors are
+answered while the learner trains, leases keep expiring, and a dead actor is noticed at any time.
+
+Rounds: several may be open at once (a pipelined learner opens step s+1..s+k while it trains step
+s). Actors get units of evaluation rounds first, then of the oldest step. A unit names the policy
+versions current when it is LEASED (not when its round opened), so an actor always rolls out with
+the newest published weights and switches versions only between units. A round's units are handed
+to the learner as they commit (`take`: a streaming learner trains on them while the rest of the step
+is rolled out), or all at once (`wait_round`). Committed units the learner has not taken yet can be
+saved with a checkpoint (`untaken`) and given back to `open_round` on resume.
 
 Units and leases: a step's env seeds are cut into units. A unit handed to an actor is leased for
 `unit_timeout_s`; an actor proves it is alive by streaming `SampleBatch`es, each of which renews the
@@ -45,6 +52,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import torch
 
 from atgrpo.learner.intake import Fault, IntakeLimits, UnitIntake
@@ -77,6 +85,15 @@ unit asks for), so three leave room for one odd bug report and still stop a peer
 _MAX_DETAIL = 300
 
 
+class CommittedUnit(msgspec.Struct, array_like=True):
+    """A unit whose last batch is in: everything it produced, admitted and checked."""
+
+    unit: WorkUnit
+    samples: list[Sample]
+    envs: list[EnvResult]
+    timings: UnitTimings
+
+
 @dataclass
 class StepData:
     """What a finished step hands the learner."""
@@ -88,7 +105,26 @@ class StepData:
     """Summed over the step's units, so over all actors."""
     wall_s: float
     staleness: list[int] = field(default_factory=list)
-    """Per sample, how many versions behind its policy's current one it was when the step ended."""
+    """Per sample, how many versions behind its policy's current one it was when the learner took it."""
+
+    @staticmethod
+    def of(step: int, units: list[CommittedUnit], wall_s: float, staleness) -> "StepData":
+        """The step made of `units`, in canonical order; `staleness(sample)` as the ledger says it now."""
+        samples, envs = in_step_order([s for u in units for s in u.samples], [e for u in units for e in u.envs])
+        timings = UnitTimings()
+        for u in units:
+            timings = timings + u.timings
+        return StepData(step, samples, envs, timings, wall_s, [staleness(s) for s in samples])
+
+    @staticmethod
+    def merge(step: int, parts: list["StepData"], wall_s: float) -> "StepData":
+        """One step's data from the parts it was taken in (a streaming learner's), in canonical order."""
+        stale = {id(s): st for p in parts for s, st in zip(p.samples, p.staleness)}
+        samples, envs = in_step_order([s for p in parts for s in p.samples], [e for p in parts for e in p.envs])
+        timings = UnitTimings()
+        for p in parts:
+            timings = timings + p.timings
+        return StepData(step, samples, envs, timings, wall_s, [stale[id(s)] for s in samples] if stale else [])
 
 
 @dataclass
@@ -105,21 +141,27 @@ class _Lease:
 class _Round:
     """One step's (or one evaluation's) units in flight."""
 
+    round_id: int
     step: int
+    split: str
     pending: deque[WorkUnit]
     total: int
     leases: dict[int, _Lease] = field(default_factory=dict)
     staged: dict[int, UnitIntake] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)
-    samples: list[Sample] = field(default_factory=list)
-    envs: list[EnvResult] = field(default_factory=list)
-    timings: UnitTimings = field(default_factory=UnitTimings)
+    committed: list[CommittedUnit] = field(default_factory=list)
+    """Committed units the learner has not taken yet."""
+    taken: int = 0
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
 
     @property
     def complete(self) -> bool:
         return len(self.done) == self.total
+
+    @property
+    def drained(self) -> bool:
+        return self.taken == self.total
 
 
 class Hub:
@@ -158,7 +200,8 @@ class Hub:
         """actor id -> last time it was heard from."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._round: _Round | None = None
+        self._rounds: dict[int, _Round] = {}
+        self._next_round = 0
         self._next_unit = 0
         self._weights: dict[str, dict[int, list[Any]]] = {}
         self._stopping: str | None = None
@@ -181,24 +224,42 @@ class Hub:
             for old in sorted(versions)[: -self.keep_versions]:
                 del versions[old]
 
-    def open_round(self, step: int, seeds: list[int], envs_per_unit: int, *, split: str, greedy: bool) -> None:
-        """Queue a step's (or an evaluation's) seeds as units naming the current versions."""
+    def open_round(
+        self, step: int, seeds: list[int], envs_per_unit: int, *, split: str, greedy: bool,
+        restored: list[CommittedUnit] | None = None,
+    ) -> int:
+        """Queue a step's (or an evaluation's) seeds as units; returns the round's id. `restored`:
+        units of this step committed before a restart (from `untaken`), which are not rolled out again."""
         with self._lock:
-            if self._round is not None and not self._round.complete:
-                raise RuntimeError(f"round for step {self._round.step} is still open")
+            if any(r.step == step and r.split == split for r in self._rounds.values()):
+                raise RuntimeError(f"a {split} round for step {step} is already open")
             units = cut_units(
                 self._next_unit, step, seeds, envs_per_unit, split=split, versions=self.ledger.versions, greedy=greedy
             )
             self._next_unit += len(units)
-            self._round = _Round(step=step, pending=deque(units), total=len(units))
+            rnd = _Round(self._next_round, step, split, deque(units), total=len(units))
+            self._next_round += 1
+            by_offset = {u.unit.env_offset: u for u in restored or [] if u.unit.step == step}
+            if by_offset:
+                rnd.pending = deque(u for u in units if u.env_offset not in by_offset)
+                for u in units:
+                    if u.env_offset in by_offset:
+                        rnd.done.add(u.unit_id)
+                        rnd.committed.append(by_offset[u.env_offset])
+                self.counters["units_restored"] += len(by_offset)
+            self._rounds[rnd.round_id] = rnd
+            return rnd.round_id
 
-    def wait_round(self, *, stall_timeout_s: float, poll_s: float = 0.5) -> StepData:
-        """Block until every unit of the open round is in. Raises if nothing arrives for `stall_timeout_s`."""
+    def take(self, round_id: int | None = None, *, stall_timeout_s: float, poll_s: float = 0.5) -> list[CommittedUnit] | None:
+        """The round's committed units not taken yet (at least one; blocks until then), or None once
+        every unit has been taken (the round is then closed). Raises `TimeoutError`, naming what it
+        waited for, if no unit commits for `stall_timeout_s`. `round_id` None: the oldest open round."""
         with self._lock:
-            rnd = self._round
-            if rnd is None:
-                raise RuntimeError("no round is open")
-            while not rnd.complete:
+            rnd = self._get_round(round_id)
+            while not rnd.committed:
+                if rnd.drained:
+                    del self._rounds[rnd.round_id]
+                    return None
                 if self._error is not None:
                     raise RuntimeError("hub thread failed") from self._error
                 if time.monotonic() - rnd.last_progress > stall_timeout_s:
@@ -209,9 +270,38 @@ class Hub:
                         f"{self.counters['units_refused']}, actors cut off: {sorted(self.cut_off) or 'none'})"
                     )
                 self._changed.wait(poll_s)
-            samples, envs = in_step_order(rnd.samples, rnd.envs)
-            return StepData(rnd.step, samples, envs, rnd.timings, time.monotonic() - rnd.started,
-                            [self.ledger.staleness(s) for s in samples])
+            units = sorted(rnd.committed, key=lambda u: u.unit.env_offset)
+            rnd.committed = []
+            rnd.taken += len(units)
+            return units
+
+    def wait_round(self, round_id: int | None = None, *, stall_timeout_s: float, poll_s: float = 0.5) -> StepData:
+        """Block until every unit of the round is in and return them all (the round is then closed)."""
+        with self._lock:
+            rnd = self._get_round(round_id)
+        units: list[CommittedUnit] = []
+        while (got := self.take(rnd.round_id, stall_timeout_s=stall_timeout_s, poll_s=poll_s)) is not None:
+            units += got
+        return StepData.of(rnd.step, units, time.monotonic() - rnd.started, self.staleness)
+
+    def staleness(self, sample: Sample) -> int:
+        """How many versions `sample`'s policy has moved on since it was made."""
+        with self._lock:
+            return self.ledger.staleness(sample)
+
+    def untaken(self) -> list[CommittedUnit]:
+        """Committed units of open training rounds the learner has not taken: what a checkpoint keeps."""
+        with self._lock:
+            return [u for r in self._rounds.values() if r.split == "train" for u in r.committed]
+
+    def _get_round(self, round_id: int | None) -> _Round:
+        if round_id is None:
+            if not self._rounds:
+                raise RuntimeError("no round is open")
+            return self._rounds[min(self._rounds)]
+        if round_id not in self._rounds:
+            raise RuntimeError(f"round {round_id} is not open")
+        return self._rounds[round_id]
 
     def stop(self, reason: str, *, drain_s: float = 5.0) -> None:
         """Tell every actor that asks to shut down (for up to `drain_s`), then stop serving."""
@@ -295,22 +385,28 @@ class Hub:
         if self._stopping:
             self.actors.pop(actor, None)
             return Shutdown(self._stopping)
-        rnd = self._round
-        if rnd is None or not rnd.pending:
-            return NoWork(self.retry_after_s, "waiting for the next step" if rnd is None or rnd.complete else "all units leased")
-        held = [u for u, lease in rnd.leases.items() if lease.peer == peer]
+        rounds = sorted(self._rounds.values(), key=lambda r: (r.split != "eval", r.round_id))
+        held = [u for r in rounds for u, lease in r.leases.items() if lease.peer == peer]
+        rnd = next((r for r in rounds if r.pending), None)
+        if rnd is None:
+            busy = any(not r.complete for r in rounds)
+            return NoWork(self.retry_after_s, "all units leased" if busy else "waiting for the next step")
         if held:
             # An actor rolls out one unit at a time; a second lease would only let one connection
             # hoard the step's units until they time out.
             return NoWork(self.retry_after_s, f"this connection already holds unit {held[0]}")
-        unit = rnd.pending.popleft()
+        # Versions are named at lease time: the newest published weights, whenever the round opened.
+        unit = msgspec.structs.replace(rnd.pending.popleft(), versions=dict(self.ledger.versions))
         rnd.leases[unit.unit_id] = _Lease(unit, actor, time.monotonic() + self.unit_timeout_s, peer)
         rnd.staged[unit.unit_id] = UnitIntake(unit, self.limits)
         self.counters["units_assigned"] += 1
         return unit
 
+    def _round_of(self, unit_id: int) -> _Round | None:
+        return next((r for r in self._rounds.values() if unit_id in r.leases), None)
+
     def _intake(self, peer: bytes, batch: SampleBatch) -> Any:
-        rnd = self._round
+        rnd = self._round_of(batch.unit_id)
         lease = rnd.leases.get(batch.unit_id) if rnd is not None else None
         if rnd is None or lease is None or lease.actor != batch.actor_id:
             self.counters["orphan_batches"] += 1
@@ -335,9 +431,9 @@ class Hub:
         rnd.last_progress = time.monotonic()
         if batch.last:
             del rnd.leases[batch.unit_id]
-            rnd.samples.extend(rnd.staged.pop(batch.unit_id).samples)
-            rnd.envs.extend(batch.env_results)
-            rnd.timings = rnd.timings + batch.timings
+            rnd.committed.append(
+                CommittedUnit(lease.unit, rnd.staged.pop(batch.unit_id).samples, list(batch.env_results), batch.timings)
+            )
             rnd.done.add(batch.unit_id)
             self._changed.notify_all()
         return SampleAck(batch.unit_id, accepted=staged.staged_last, rejected=len(batch.samples) - staged.staged_last)
@@ -367,12 +463,10 @@ class Hub:
         self.actors.pop(actor, None)
         self.counters["peers_cut_off"] += 1
         log.error("actor %s cut off for the rest of the run: %s; its units go to other actors", actor, why)
-        rnd = self._round
-        if rnd is None:
-            return
-        for unit_id in [u for u, lease in rnd.leases.items() if lease.peer == peer]:
-            self._release(rnd, unit_id)
-            self.counters["units_reassigned"] += 1
+        for rnd in self._rounds.values():
+            for unit_id in [u for u, lease in rnd.leases.items() if lease.peer == peer]:
+                self._release(rnd, unit_id)
+                self.counters["units_reassigned"] += 1
 
     def _release(self, rnd: _Round, unit_id: int) -> _Lease:
         """Take a unit back from its actor: what it staged is dropped, and the unit goes to the front
@@ -395,13 +489,12 @@ class Hub:
         return versions[version]
 
     def _expire_leases(self) -> None:
-        rnd = self._round
-        if rnd is None:
-            return
         now = time.monotonic()
-        for unit_id, lease in list(rnd.leases.items()):
-            if lease.deadline < now:
-                log.warning("unit %d of step %d: actor %s silent for %.0f s; reassigning", unit_id, rnd.step, lease.actor, self.unit_timeout_s)
-                self._release(rnd, unit_id)
-                self.actors.pop(lease.actor, None)
-                self.counters["units_reassigned"] += 1
+        for rnd in self._rounds.values():
+            for unit_id, lease in list(rnd.leases.items()):
+                if lease.deadline < now:
+                    log.warning("unit %d of step %d: actor %s silent for %.0f s; reassigning", unit_id, rnd.step,
+                                lease.actor, self.unit_timeout_s)
+                    self._release(rnd, unit_id)
+                    self.actors.pop(lease.actor, None)
+                    self.counters["units_reassigned"] += 1

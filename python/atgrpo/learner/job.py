@@ -2,8 +2,10 @@
 
 Rank 0 owns the hub (actors, versions, units), the orchestrator (the data cursor, advantages,
 packing, evaluations), the metrics and all run files; every rank owns a `Trainer`. Per step:
-rank 0 collects and plans, every rank trains on its plan, rank 0 publishes the new weights and
-writes metrics; checkpoints are written by all ranks together. The loop stops after `run.steps`,
+rank 0 plans as the step's units come in (`Orchestrator.step_plans`) and every rank trains each
+plan as it is sent (streamed chunks are accumulated; the final plan steps the optimizers), then
+rank 0 publishes the new weights and writes metrics; checkpoints are written by all ranks
+together, with the units of later steps already in (`UNTAKEN_UNITS`), which a resume hands back. The loop stops after `run.steps`,
 at `run.time_limit_s`, or on SIGINT/SIGTERM (after the current step: checkpoint, final
 evaluation, actors told to shut down).
 
@@ -28,7 +30,7 @@ from atgrpo.learner import distributed
 from atgrpo.learner.checkpoints import (
     RunState, check_and_write_config, latest_checkpoint,
 )
-from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.hub import CommittedUnit, Hub
 from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.orchestrator import Orchestrator, rollout_metrics
@@ -40,6 +42,7 @@ from atgrpo.messages import (
 from atgrpo.metrics import MetricsWriter, plot_learning_curve
 from atgrpo.models.folder import load_tokenizer, model_facts
 from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
+from atgrpo.placement import pin
 from atgrpo.transport.endpoints import HubEndpoint, private_ipc_address
 from atgrpo.transport.security import require_keys
 
@@ -65,9 +68,16 @@ def run_learner(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSum
         raise
 
 
+UNTAKEN_UNITS = "untaken_units.msgpack"
+"""Checkpoint file (rank 0): the committed units of steps not trained yet (`Hub.untaken`), so a
+pipelined run that resumes neither rolls them out again nor loses them."""
+
+
 def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | None:
-    if cfg.launch.learner_threads:
-        torch.set_num_threads(cfg.launch.learner_threads)
+    cores = pin(cfg.launch.learner_cpus, "launch.learner_cpus")
+    threads = cfg.launch.learner_threads or cores
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
     rank, world = 0, 1
     if distributed.launched() or cfg.train.backend == "deepspeed":
@@ -108,7 +118,8 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
               keep_versions=cfg.train.max_staleness + 1)
     hub.start()
     emit(HubReady(hub.endpoint.address))
-    rank0 = _Rank0(cfg, hub, Orchestrator(cfg, hub, trainer.pad_ids, world))
+    restored = _read_untaken(checkpoint) if checkpoint is not None else []
+    rank0 = _Rank0(cfg, hub, Orchestrator(cfg, hub, trainer.pad_ids, world, restored))
     try:
         summary = _train_loop(cfg, trainer, state, rank0, stop)
     finally:
@@ -160,14 +171,37 @@ def _publish(trainer: Trainer, rank0: _Rank0 | None) -> dict[str, float]:
 
 
 def _save(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None) -> None:
-    trainer.checkpoint(checkpoints_dir(cfg), state, rank0=rank0 is not None)
+    extra = None
+    if rank0 is not None:
+        extra = {UNTAKEN_UNITS: msgspec.msgpack.encode(rank0.hub.untaken())}
+    trainer.checkpoint(checkpoints_dir(cfg), state, rank0=rank0 is not None, extra=extra)
+
+
+def _read_untaken(checkpoint) -> list[CommittedUnit]:
+    path = checkpoint / UNTAKEN_UNITS
+    if not path.exists():
+        return []
+    units = msgspec.msgpack.decode(path.read_bytes(), type=list[CommittedUnit])
+    log.info("resume: %d units of later steps were already in and are not rolled out again", len(units))
+    return units
+
+
+def _train_step(trainer: Trainer, rank0: _Rank0 | None, step: int) -> dict[str, float]:
+    """One training step on this rank: every plan rank 0 makes of it, as it makes them."""
+    source = rank0.orchestrator.step_plans(step) if rank0 is not None else None
+    while True:
+        plans = next(source) if source is not None else None
+        plan = scatter_plans(plans, trainer.rank, trainer.world)
+        out = trainer.train(plan)
+        if plan.final:
+            return out
 
 
 def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None, stop: threading.Event) -> RunSummary | None:
     _publish(trainer, rank0)
     if rank0 is not None and state.eval_start is None:  # a resumed run keeps the evaluation of its step 0
         state.eval_start = rank0.evaluate("start", state.step).success
-    start = time.monotonic()
+    start = step_start = time.monotonic()
     while state.step < cfg.run.steps:
         timed_out = cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s
         if broadcast_flag(stop.is_set() or timed_out, trainer.world):
@@ -175,20 +209,18 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
             if rank0 is not None:
                 emit(Stopping(state.step, "signal" if stop.is_set() else "time limit"))
             break
-        data: StepData | None = None
-        plans = None
-        metrics: dict[str, Any] = {}
-        if rank0 is not None:
-            data = rank0.orchestrator.collect(state.step)
-            plans, adv = rank0.orchestrator.plan(data)
-            metrics.update(adv.metrics())
-            metrics.update({"learner/groups": float(adv.num_groups), "learner/samples": float(len(data.samples))})
-        metrics.update(trainer.train(scatter_plans(plans, trainer.rank, trainer.world)))
+        metrics: dict[str, Any] = _train_step(trainer, rank0, state.step)
         state.step += 1
         state.versions = dict(trainer.versions)
+        published = time.monotonic()
         metrics.update(_publish(trainer, rank0))
+        metrics["time/publish_s"] = time.monotonic() - published
+        metrics["time/step_s"] = time.monotonic() - step_start  # wall time, evaluations and checkpoints left out
         if rank0 is not None:
-            assert data is not None
+            assert rank0.orchestrator.last is not None
+            data, adv = rank0.orchestrator.last
+            metrics.update(adv.metrics())
+            metrics.update({"learner/groups": float(adv.num_groups), "learner/samples": float(len(data.samples))})
             metrics.update(rollout_metrics(data))
             metrics.update(rank0.hub.metrics())
             metrics.update(rank0.orchestrator.metrics())
@@ -197,6 +229,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
                 rank0.evaluate(f"step {state.step}", state.step)
         if cfg.run.checkpoint_every and state.step % cfg.run.checkpoint_every == 0:
             _save(cfg, trainer, state, rank0)
+        step_start = time.monotonic()
     _save(cfg, trainer, state, rank0)
     if rank0 is None:
         return None

@@ -1,21 +1,29 @@
 """The orchestrator: what one AT-GRPO step is, on the learner's rank 0.
 
-Per training step s (ALGORITHM.md, "One training step"):
-1. `collect(s)`: the data cursor gives step s's env seeds (`units.step_seeds`); the hub cuts them into
-   units naming the current policy versions, leases them to actors and returns when every unit's
-   samples are in (admitted by the version ledger, sorted so arrival order never matters).
-2. `plan(data)`: a last check of every sample (`intake.screen`: the hub has checked them, but the
-   learner must never crash or train on a malformed one), advantages once over the step (the run's
-   grouping), then each policy's samples packed into micro-batches and dealt out to the learner
-   ranks (`packing.plan_step`). What fails the check is dropped with its whole group and counted
-   (`learner/dropped_<reason>`); if packing still fails, the step trains on nothing rather than
-   ending the run.
-3. The trainers train (every rank, `Trainer.train`), then rank 0 publishes each policy's new weights
-   through the hub (`Hub.publish`), which makes that version current. In strict on-policy mode the
-   next round opens only after that, so no actor can produce a sample with an old version.
+Per training step s (ALGORITHM.md, "One training step"), `step_plans(s)` yields what the ranks
+train on, in order:
+1. The rounds of steps s..s+k are open on the hub (k = `train.max_staleness`; k = 0: only step
+   s, opened after the previous step's weights were published). The data cursor gives each step's
+   env seeds (`units.step_seeds`); the hub cuts them into units, leases them to actors and names the
+   versions current at lease time.
+2. Streaming (`train.streaming`, the default): whenever units of step s are in, their samples get a
+   last check (`intake.screen`: the hub has checked them, but the learner must never crash or train
+   on a malformed one; a sample more than k versions old is dropped with its env), their advantages
+   (a group lies inside one env, so inside one unit: a committed unit's groups are complete) and are
+   packed into micro-batches dealt out to the ranks, which accumulate gradients
+   (`packing.plan_chunk`). When the step's last unit is in, the final plan carries each policy's
+   step-wide loss normalizer and the ranks take their optimizer steps (`packing.plan_finish`). A
+   unit whose actor dies was never committed, so nothing of it was trained; its re-run is.
+   Without streaming: the whole step is collected, then planned at once (`packing.plan_step`).
+3. The job publishes each policy's new weights through the hub (`Hub.publish`), which makes that
+   version current for every unit leased from then on.
 
-`evaluate()` is a greedy round on the held-out seeds, rolled out by the actors like any other.
-The orchestrator owns no model and no optimizer; it never runs on ranks other than 0.
+What fails the last check is dropped with its whole group and counted (`learner/dropped_<reason>`);
+if packing still fails, that part trains on nothing rather than ending the run.
+
+`evaluate()` is a greedy round on the held-out seeds, rolled out by the actors like any other (its
+units go before any training unit). The orchestrator owns no model and no optimizer; it never runs
+on ranks other than 0.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 import msgspec
 import numpy as np
@@ -30,9 +39,9 @@ import numpy as np
 from atgrpo.config import RunConfig
 from atgrpo.errors import AtgrpoError
 from atgrpo.learner.advantages import Advantages, step_advantages
-from atgrpo.learner.hub import Hub, StepData
+from atgrpo.learner.hub import CommittedUnit, Hub, StepData
 from atgrpo.learner.intake import screen
-from atgrpo.learner.packing import RankPlan, plan_step
+from atgrpo.learner.packing import RankPlan, plan_chunk, plan_finish, plan_step
 from atgrpo.messages import EvalSummary, Sample, UnitTimings
 from atgrpo.units import EVAL_UNIT_SCALE, eval_seeds, step_seeds
 
@@ -40,31 +49,99 @@ log = logging.getLogger("atgrpo.orchestrator")
 
 
 class Orchestrator:
-    def __init__(self, cfg: RunConfig, hub: Hub, pad_ids: dict[str, int], world: int) -> None:
+    def __init__(self, cfg: RunConfig, hub: Hub, pad_ids: dict[str, int], world: int,
+                 restored: list[CommittedUnit] | None = None) -> None:
         self.cfg = cfg
         self.hub = hub
         self.pad_ids = pad_ids
         self.world = world
         self.dropped: Counter[str] = Counter()
         """Samples that reached `plan` but were not trained on, by reason, over the run."""
+        self.streaming = cfg.train.streaming and cfg.train.minibatches == 1
+        self.restored = list(restored or [])
+        """Units committed before a restart (from the checkpoint), handed back to their rounds."""
+        self._rounds: dict[int, int] = {}
+        """Training step -> its open hub round."""
+        self.last: tuple[StepData, Advantages] | None = None
+        """The step `step_plans` last finished: what it trained on, and its advantages."""
+
+    def open_rounds(self, step: int) -> None:
+        """Open the rounds of steps `step`..`step + max_staleness` not open yet (within the run)."""
+        ro = self.cfg.rollout
+        for s in range(step, min(step + self.cfg.train.max_staleness, self.cfg.run.steps - 1) + 1):
+            if s not in self._rounds:
+                self._rounds[s] = self.hub.open_round(
+                    s, step_seeds(ro.envs_per_step, s), ro.envs_per_unit, split="train", greedy=False,
+                    restored=self.restored,
+                )
 
     def collect(self, step: int) -> StepData:
         """Every sample of training step `step`, from the actors."""
-        ro = self.cfg.rollout
-        self.hub.open_round(step, step_seeds(ro.envs_per_step, step), ro.envs_per_unit, split="train", greedy=False)
-        return self.hub.wait_round(stall_timeout_s=self.cfg.transport.step_timeout_s)
+        self.open_rounds(step)
+        return self.hub.wait_round(self._rounds.pop(step), stall_timeout_s=self.cfg.transport.step_timeout_s)
 
-    def plan(self, data: StepData) -> tuple[list[RankPlan], Advantages]:
-        """Advantages of the step's samples and every rank's share of the update. Samples that fail
-        the last check are removed from `data` (with their groups), so its metrics are of what trains."""
+    def step_plans(self, step: int) -> Iterator[list[RankPlan]]:
+        """Every rank's plans of training step `step`, in the order they are trained; the last one
+        is final (the optimizers step). Sets `last` before yielding it."""
+        if not self.streaming:
+            data = self.collect(step)
+            plans, adv = self.plan(data)
+            self.last = (data, adv)
+            yield plans
+            return
+        self.open_rounds(step)
+        round_id = self._rounds.pop(step)
+        start = time.monotonic()
+        parts: list[StepData] = []
+        totals: Counter[str] = Counter({p: 0 for p in self.cfg.policies})
+        while (units := self.hub.take(round_id, stall_timeout_s=self.cfg.transport.step_timeout_s)) is not None:
+            part = StepData.of(step, units, 0.0, self.hub.staleness)
+            self._check(part)
+            plans, part_totals = self._plan_part(part)
+            parts.append(part)
+            totals.update(part_totals)
+            yield plans
+        data = StepData.merge(step, parts, time.monotonic() - start)
+        self.last = (data, step_advantages(data.samples, self.cfg.rollout.grouping))
+        yield plan_finish(dict(totals), self.world)
+
+    def _check(self, data: StepData) -> None:
+        """The last check: malformed samples, and samples more than k versions old (by construction
+        none: rounds open at most k steps ahead), are removed from `data` with their groups / envs."""
         limits = self.hub.limits
         keep, dropped = screen(data.samples, limits) if limits is not None else (list(range(len(data.samples))), Counter())
+        k = self.cfg.train.max_staleness
+        old_envs = {s.key.env for s, st in zip(data.samples, data.staleness) if st > k}
+        if old_envs:
+            before = len(keep)
+            keep = [i for i in keep if data.samples[i].key.env not in old_envs]
+            dropped["stale"] += before - len(keep)
         if dropped:
-            log.error("step %d: %d samples reached the learner malformed and were dropped (%s)", data.step,
+            log.error("step %d: %d samples reached the learner unfit and were dropped (%s)", data.step,
                       len(data.samples) - len(keep), dict(dropped))
             self.dropped.update(dropped)
             data.samples = [data.samples[i] for i in keep]
             data.staleness = [data.staleness[i] for i in keep] if data.staleness else []
+
+    def _plan_part(self, data: StepData) -> tuple[list[RankPlan], dict[str, int]]:
+        tr = self.cfg.train
+        try:
+            adv = step_advantages(data.samples, self.cfg.rollout.grouping)
+            return plan_chunk(
+                data.samples, adv.values, policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
+                max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation, share_prefix=tr.share_prefix,
+            )
+        except (ValueError, OverflowError, AtgrpoError):
+            log.exception("step %d: planning %d samples failed; they train on nothing", data.step, len(data.samples))
+            self.dropped["unpackable"] += len(data.samples)
+            data.samples, data.staleness = [], []
+            return plan_chunk([], np.zeros(0), policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
+                              max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation, share_prefix=tr.share_prefix)
+
+    def plan(self, data: StepData) -> tuple[list[RankPlan], Advantages]:
+        """Advantages of the step's samples and every rank's share of the update. Samples that fail
+        the last check are removed from `data` (with their groups), so its metrics are of what trains."""
+        self._check(data)
         grouping = self.cfg.rollout.grouping
         try:
             adv = step_advantages(data.samples, grouping)
@@ -96,10 +173,10 @@ class Orchestrator:
         """Greedy rollouts on the held-out seeds, done by the actors like any other round."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        self.hub.open_round(
+        round_id = self.hub.open_round(
             -1, eval_seeds(cfg.run.eval_seeds), cfg.rollout.envs_per_unit * EVAL_UNIT_SCALE, split="eval", greedy=True
         )
-        data = self.hub.wait_round(stall_timeout_s=cfg.transport.step_timeout_s)
+        data = self.hub.wait_round(round_id, stall_timeout_s=cfg.transport.step_timeout_s)
         envs = data.envs
         summary = EvalSummary(
             label=label,

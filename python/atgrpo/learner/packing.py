@@ -38,6 +38,10 @@ class OptimizerStep:
 class RankPlan:
     steps: dict[str, list[OptimizerStep]] = field(default_factory=dict)
     """Policy -> its optimizer steps this training step, in order."""
+    final: bool = True
+    """True: each `OptimizerStep` is stepped (its `total_tokens` normalises what was accumulated).
+    False: a streamed chunk, one entry per policy whose micro-batches are only accumulated; the
+    step's final plan follows."""
 
 
 def plan_step(
@@ -63,6 +67,27 @@ def plan_step(
     return plans
 
 
+def plan_chunk(
+    samples: Sequence[Sample], advantages: np.ndarray, *, policies: Sequence[str], pad_ids: dict[str, int],
+    world: int, max_tokens: int, aggregation: str, share_prefix: bool,
+) -> tuple[list[RankPlan], dict[str, int]]:
+    """A streamed part of a step: every rank's share of these samples' micro-batches (to accumulate,
+    not to step on), and each policy's loss normalizer of them (the step's total is their sum)."""
+    plans = plan_step(
+        samples, advantages, policies=policies, pad_ids=pad_ids, world=world, minibatches=1, max_tokens=max_tokens,
+        aggregation=aggregation, share_prefix=share_prefix,
+    )
+    for plan in plans:
+        plan.final = False
+    totals = {p: loss_normalizer([s for s in samples if s.policy == p], aggregation) for p in policies}
+    return plans, totals
+
+
+def plan_finish(totals: dict[str, int], world: int) -> list[RankPlan]:
+    """The final plan of a streamed step: no micro-batches, each policy's step-wide normalizer."""
+    return [RankPlan({p: [OptimizerStep([], max(n, 1))] for p, n in sorted(totals.items())}) for _ in range(world)]
+
+
 # -- shipping plans between ranks -------------------------------------------------------------------
 
 
@@ -81,6 +106,7 @@ class _PlanHeader(msgspec.Struct, array_like=True):
     """Rank 0 -> rank r, before the tensors: what follows, in order."""
 
     steps: dict[str, list[_StepSpec]]
+    final: bool
 
 
 _DTYPES = {str(t): t for t in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)}
@@ -120,7 +146,7 @@ def _send_plan(plan: RankPlan, dst: int) -> None:
                 specs.append([_TensorSpec(k, str(v.dtype), list(v.shape)) for k, v in named.items()])
                 tensors.extend(named.values())
             steps.setdefault(policy, []).append(_StepSpec(st.total_tokens, specs))
-    header = msgspec.msgpack.encode(_PlanHeader(steps))
+    header = msgspec.msgpack.encode(_PlanHeader(steps, plan.final))
     dist.send(torch.tensor([len(header)], dtype=torch.int64, device=_wire_device()), dst)
     _send_bytes(torch.frombuffer(bytearray(header), dtype=torch.uint8), dst)
     for t in tensors:
@@ -131,7 +157,7 @@ def _recv_plan(src: int = 0) -> RankPlan:
     size = torch.zeros(1, dtype=torch.int64, device=_wire_device())
     dist.recv(size, src)
     header = msgspec.msgpack.decode(_recv_bytes(int(size.item()), src).numpy().tobytes(), type=_PlanHeader)
-    plan = RankPlan()
+    plan = RankPlan(final=header.final)
     for policy, specs in header.steps.items():
         for spec in specs:
             mbs = []
@@ -169,4 +195,4 @@ def broadcast_flag(flag: bool, world: int) -> bool:
     return bool(box.item())
 
 
-__all__ = ["OptimizerStep", "RankPlan", "broadcast_flag", "plan_step", "scatter_plans"]
+__all__ = ["OptimizerStep", "RankPlan", "broadcast_flag", "plan_chunk", "plan_finish", "plan_step", "scatter_plans"]

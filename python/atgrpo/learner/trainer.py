@@ -56,6 +56,7 @@ class Trainer:
         self.versions = {p: 0 for p in self.policies}
         self.pad_ids: dict[str, int] = {}
         self.backends: dict[str, LearnerBackend] = {}
+        self._busy_s = 0.0
         for p in self.policies:
             folder = policy_dir(cfg, p)
             model = load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device)
@@ -64,18 +65,27 @@ class Trainer:
             self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))
 
     def train(self, plan: RankPlan) -> dict[str, float]:
-        """This rank's share of one training step: every policy's optimizer steps; `learner/<p>/*`
-        metrics (of the last optimizer step) and `time/learner_s`."""
+        """This rank's share of one plan of a training step. A streamed chunk (`plan.final` False)
+        is only accumulated and returns {}; a final plan takes every policy's optimizer steps and
+        returns `learner/<p>/*` metrics (of the last optimizer step) and `time/learner_s` (the
+        step's compute, chunks included)."""
         t0 = time.perf_counter()
         out: dict[str, float] = {}
-        for p, be in self.backends.items():
+        for p, be in self.backends.items():  # every policy, in the same order on every rank (collectives)
+            steps = plan.steps.get(p) or [OptimizerStep([], 1)]
+            if not plan.final:
+                for st in steps:
+                    be.accumulate(st.micro_batches)
+                continue
             metrics: dict[str, float] = {}
-            for st in plan.steps.get(p) or [OptimizerStep([], 1)]:
+            for st in steps:
                 metrics = be.train_step(st.micro_batches, st.total_tokens)
             self.versions[p] += 1
             out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
             out[f"learner/{p}/version"] = float(self.versions[p])
-        out["time/learner_s"] = time.perf_counter() - t0
+        self._busy_s += time.perf_counter() - t0
+        if plan.final:
+            out["time/learner_s"], self._busy_s = self._busy_s, 0.0
         return out
 
     def export(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, float]]:
@@ -97,24 +107,27 @@ class Trainer:
         return weights, out
 
     # -- checkpoints ---------------------------------------------------------------------------------
-    def save(self, folder: Path, state: RunState | None) -> None:
+    def save(self, folder: Path, state: RunState | None, extra: dict[str, bytes] | None = None) -> None:
         """Every rank: its backends' state under `folder/<policy>/`; rank 0 (with `state`) also each
-        policy as an HF folder and the run state. The caller marks the checkpoint complete."""
+        policy as an HF folder, the run state and the `extra` files (name -> bytes). The caller
+        marks the checkpoint complete."""
         for p, be in self.backends.items():
             be.save_checkpoint(folder / p)
             tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
             if state is not None:
                 export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
         if state is not None:
+            for name, data in (extra or {}).items():
+                (folder / name).write_bytes(data)
             write_state(folder, state)
 
-    def checkpoint(self, root: Path, state: RunState, *, rank0: bool) -> Path:
+    def checkpoint(self, root: Path, state: RunState, *, rank0: bool, extra: dict[str, bytes] | None = None) -> Path:
         """Every rank: write checkpoint `root/step_<n>` and (rank 0) mark it the latest once complete.
         A failed write removes the half-written folder and raises `CheckpointWriteError`; the
         previous checkpoint stays the latest and loadable."""
         folder = step_folder(root, state.step)
         try:
-            self.save(folder, state if rank0 else None)
+            self.save(folder, state if rank0 else None, extra if rank0 else None)
             if self.world > 1:
                 dist.barrier()  # every rank's part is on disk before the checkpoint is marked complete
             if rank0:
