@@ -23,6 +23,15 @@ exchange shows the other's latest output and the mismatches between the two (`fe
 
 Model text is never executed on the host: programs and tests run only in the sandbox; the host only
 `compile`s / `ast.parse`s them. A sandbox verdict (timeout, memory, crash) is just a failed test.
+
+Who can forge what. The ground-truth tests are trusted and run in the sandbox's checker, so the coder's
+program cannot forge their verdicts. The tester's asserts are not trusted: they never run in the
+checker as written (`programs.model_tests_program`). Those of the plain shapes (`assert f(1) == 2`,
+`abs(f(x) - y) < tol`, ...) are rewritten by the host from their decoded literals and judged by the
+checker; the rest run in the program's own process, where only their own verdict can be forged (by
+the tester, or by the coder's program). No reward reads a tester verdict against the coder's program:
+those decide `agree` and the mismatches only. The tester's validity reward reads its verdicts against
+the reference, where an untrusted test can pass itself, as `assert True` always could.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Sequence
 from atgrpo.config import RunConfig
 from atgrpo.data import CodeProblem, IOCase, load_code_problems
 from atgrpo.sandbox import Program, function_program, stdio_program
-from atgrpo.workflows.programs import compiles, extract_code
+from atgrpo.workflows.programs import compiles, extract_code, in_test_order, model_tests_program
 from atgrpo.workflows.prompts import COMPACT_CHARS, FEEDBACK_CHARS, clip, read_templates
 from atgrpo.workflows.states import Outcome, TextWorkflow
 
@@ -144,16 +153,17 @@ class CodeWorkflow(TextWorkflow[CodeState]):
             return function_program(prog, problem.tests, problem.test_setup)
         return stdio_program(prog, [(c.input, c.output) for c in problem.cases])
 
-    def _against(self, problem: CodeProblem, code: str, tests: tuple) -> Program:
+    def _against(self, problem: CodeProblem, code: str, tests: tuple) -> tuple[Program, tuple[int, ...]]:
+        """The program against the tester's tests, and for each result the index of its test."""
         prog = problem.program(code)
         if problem.style == "function":
-            return function_program(prog, list(tests), problem.test_setup)
-        return stdio_program(prog, [(c.input, c.output) for c in tests])
+            return model_tests_program(prog, tests, problem.test_setup)
+        return stdio_program(prog, [(c.input, c.output) for c in tests]), tuple(range(len(tests)))
 
     @staticmethod
-    def _mismatches(problem: CodeProblem, tests: tuple, result) -> tuple[tuple[str, ...], bool]:
+    def _mismatches(problem: CodeProblem, tests: tuple, results: list) -> tuple[tuple[str, ...], bool]:
         out = []
-        for test, tr in zip(tests, result.tests):
+        for test, tr in zip(tests, results):
             if tr.verdict == "passed":
                 continue
             why = tr.detail or tr.verdict
@@ -162,7 +172,7 @@ class CodeWorkflow(TextWorkflow[CodeState]):
             else:
                 got = tr.stdout.decode("utf-8", "replace")
                 out.append(f"input {clip(test.input, 200)!r}: expected {clip(test.output, 200)!r}, got {clip(got, 200)!r} ({tr.verdict})")
-        return tuple(out[:MAX_MISMATCHES]), bool(tests) and not out and len(result.tests) == len(tests)
+        return tuple(out[:MAX_MISMATCHES]), bool(tests) and not out and len(results) == len(tests)
 
     # -- prompts ----------------------------------------------------------------------------------
     def prompt_text(self, role: str, problem: CodeProblem, state: CodeState, turn: int) -> str:
@@ -201,6 +211,7 @@ class CodeWorkflow(TextWorkflow[CodeState]):
         codes = [solution_code(text, p) for p, _, text in items]
         ok = [compiles(c) for c in codes]
         programs: list[Program] = []
+        orders: dict[int, tuple[int, ...]] = {}
         slots: list[tuple[int | None, int | None]] = []
         for (p, st, _), code, good in zip(items, codes, ok):
             gt = vs = None
@@ -209,7 +220,8 @@ class CodeWorkflow(TextWorkflow[CodeState]):
                 programs.append(self._ground_truth(p, code))
                 if st.tests:
                     vs = len(programs)
-                    programs.append(self._against(p, code, st.tests))
+                    prog, orders[vs] = self._against(p, code, st.tests)
+                    programs.append(prog)
             slots.append((gt, vs))
         results = self.sandbox.run_batch(programs) if programs else []
         out = []
@@ -222,7 +234,7 @@ class CodeWorkflow(TextWorkflow[CodeState]):
                 passed = bool(verdicts) and all(v == "passed" for v in verdicts)
                 runs = not any(v in ERROR_VERDICTS for v in verdicts)
             if vs is not None:
-                mism, agree = self._mismatches(p, st.tests, results[vs])
+                mism, agree = self._mismatches(p, st.tests, in_test_order(results[vs].tests, orders[vs]))
             else:
                 mism, agree = (("the program does not compile",) if st.tests else ()), False
             new = replace(st, code=code, gt_rate=rate, gt_pass=passed, mismatches=mism, agree=agree)
@@ -233,15 +245,18 @@ class CodeWorkflow(TextWorkflow[CodeState]):
     def _apply_tester(self, items) -> list[Outcome[CodeState]]:
         parsed = [parse_assert_tests(text) if p.style == "function" else parse_io_tests(text) for p, _, text in items]
         programs: list[Program] = []
+        orders: dict[int, tuple[int, ...]] = {}
         slots: list[tuple[int | None, int | None]] = []
         for (p, st, _), tests in zip(items, parsed):
             ref = vs = None
             if tests and p.reference:
                 ref = len(programs)
-                programs.append(self._against(p, p.reference, tests))
+                prog, orders[ref] = self._against(p, p.reference, tests)
+                programs.append(prog)
             if tests and st.code is not None and compiles(st.code):
                 vs = len(programs)
-                programs.append(self._against(p, st.code, tests))
+                prog, orders[vs] = self._against(p, st.code, tests)
+                programs.append(prog)
             slots.append((ref, vs))
         results = self.sandbox.run_batch(programs) if programs else []
         out = []
@@ -253,7 +268,7 @@ class CodeWorkflow(TextWorkflow[CodeState]):
             else:
                 local = sum(v == "passed" for v in results[ref].verdicts) / len(tests)
             if vs is not None:
-                mism, agree = self._mismatches(p, tests, results[vs])
+                mism, agree = self._mismatches(p, tests, in_test_order(results[vs].tests, orders[vs]))
             else:
                 mism, agree = (("the program does not compile",) if st.code is not None and tests else ()), False
             new = replace(st, tests=tests, mismatches=mism, agree=agree)
