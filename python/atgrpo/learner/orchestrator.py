@@ -206,6 +206,7 @@ def rollout_metrics(data: StepData) -> dict[str, float]:
         if data.staleness:
             out["rollout/staleness_mean"] = float(np.mean(data.staleness))
             out["rollout/staleness_max"] = float(np.max(data.staleness))
+    out["rollout/envs"] = float(len(envs))
     if envs:
         out["rollout/success"] = float(np.mean([e.success for e in envs]))
         out["rollout/episode_return"] = float(np.mean([e.episode_return for e in envs]))
