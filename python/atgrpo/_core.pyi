@@ -3,9 +3,11 @@
 Import from `atgrpo` instead; this module's API may change without notice.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import final
+from typing_extensions import Buffer, final
 
 __version__: str
 
@@ -140,6 +142,12 @@ def pack_batch(
     npt.NDArray[np.bool_],
     npt.NDArray[np.float32],
 ]: ...
+
+# ---- checksum (rust/python/src/checksum.rs) ----
+# Caller: `atgrpo.transport.tensors` (zlib.crc32 values, buffers read in place without the GIL).
+__all__ += ["crc32_many"]
+
+def crc32_many(buffers: Sequence[Buffer], threads: int) -> list[int]: ...
 
 # ---- sandbox (rust/python/src/sandbox.rs) ----
 # Semantics and defaults: `atgrpo.sandbox` (the facade).

@@ -11,6 +11,7 @@ import pytest
 import torch
 import zmq
 
+from atgrpo import _core
 from atgrpo.messages import TensorMeta, WeightsHeader, WorkRequest
 from atgrpo.transport.codec import decode, encode
 from atgrpo.transport.errors import (
@@ -191,24 +192,68 @@ def test_inconsistent_headers_are_rejected() -> None:
         frames_to_weights([bad_meta, b"ab"])
 
 
-def test_checksums_on_the_thread_pool_match_and_catch_corruption(monkeypatch: pytest.MonkeyPatch) -> None:
+def random_bytes(n: int, seed: int) -> bytes:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g).numpy().tobytes()
+
+
+def crc_buffers() -> list[Any]:
+    """Buffers of many sizes, starts and kinds; over 4 MiB per thread in all, so several threads run."""
+    out: list[Any] = [b"", memoryview(b"abc")[3:], bytearray(b"123456789")]
+    for i, n in enumerate([1, 3, 15, 16, 17, 63, 64, 65, 255, 4096, 65_537, 1_000_003]):
+        raw = random_bytes(n + 8, i)
+        out += [raw[:n], memoryview(raw)[1 : n + 1], memoryview(bytearray(raw))[7 : n + 7]]  # unaligned starts
+    big = random_bytes(9 * 2**20 + 5, 99)
+    out += [memoryview(big)[3:], zmq.Frame(big[: 3 * 2**20]), zmq.Frame(big[5:]).buffer]
+    out.append(torch.randn(257, 33, generator=torch.Generator().manual_seed(1)).numpy())  # format "f", 2-D
+    out.append(memoryview(random_bytes(64, 5)).cast("B", (8, 8)))
+    return out
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2, 4, 16])
+def test_core_crc32_equals_zlib_on_any_buffer(threads: int) -> None:
+    buffers = crc_buffers()
+    expected = [zlib.crc32(memoryview(b).cast("B") if not isinstance(b, zmq.Frame) else b.bytes) for b in buffers]
+    assert _core.crc32_many(buffers, threads) == expected
+    assert _core.crc32_many(buffers[::-1], threads) == expected[::-1]
+    assert _core.crc32_many([], threads) == []
+    assert zlib.crc32(b"123456789") == 0xCBF43926 == _core.crc32_many([b"123456789"], threads)[0]
+
+
+def test_core_crc32_refuses_what_is_not_a_contiguous_buffer() -> None:
+    with pytest.raises(BufferError, match="not C-contiguous"):
+        _core.crc32_many([b"ok", memoryview(bytes(10))[::2]], 1)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        _core.crc32_many([torch.ones(4, 4).numpy()[:, 1]], 1)
+    for not_a_buffer in ("text", 3, None):
+        with pytest.raises(TypeError):
+            _core.crc32_many([not_a_buffer], 1)
+
+
+def test_threaded_checksums_match_zlib_and_catch_corruption(monkeypatch: pytest.MonkeyPatch) -> None:
     import atgrpo.transport.tensors as tensors_module
 
-    monkeypatch.setattr(tensors_module, "PARALLEL_CRC_MIN_BYTES", 0)
-    monkeypatch.setattr(tensors_module, "CRC_THREADS", 2)
-    monkeypatch.setattr(tensors_module, "_pool_state", None)
+    monkeypatch.setattr(tensors_module, "CRC_THREADS", 4)  # several threads even on a 1-core machine
     sent = state_dict()
+    sent["huge"] = torch.randn(3 * 2**20 + 7, generator=torch.Generator().manual_seed(2))  # 12 MiB: split
     frames = weights_to_frames("p", 1, sent)
-    assert tensors_module._pool_state is not None  # the pool really ran
     header = decode(frames[0], max_bytes=1 << 20)
     assert isinstance(header, WeightsHeader)
     assert [m.checksum for m in header.tensors] == [zlib.crc32(f) for f in frames[1:]]
     _, got = frames_to_weights(frames)
     assert_bitwise_equal(sent, got)
+    huge = len(frames) - 1
+    for where in (0, frames[huge].nbytes // 2, frames[huge].nbytes // 4 + 1, frames[huge].nbytes - 1):
+        corrupt = list(frames)
+        flipped = bytearray(frames[huge])
+        flipped[where] ^= 0x10
+        corrupt[huge] = memoryview(flipped)
+        with pytest.raises(ChecksumMismatch, match="'huge' of 'p' v1"):
+            frames_to_weights(corrupt)
     corrupt = list(frames)
-    last = bytearray(frames[-1])
-    last[0] ^= 1
-    corrupt[-1] = last
+    last_small = bytearray(frames[huge - 1])
+    last_small[0] ^= 1
+    corrupt[huge - 1] = last_small
     with pytest.raises(ChecksumMismatch, match="'transposed'"):
         frames_to_weights(corrupt)
 
@@ -222,3 +267,8 @@ def test_weights_checksum_tells_equal_weights_from_changed_ones():
     renamed = {("v" if k == "w" else k): v for k, v in a.items()}
     assert weights_checksum(changed) != weights_checksum(a) != weights_checksum(renamed)
     assert weights_checksum({"t": torch.ones(3, 2).t()}) == weights_checksum({"t": torch.ones(2, 3)})  # bytes, not strides
+    definition = 0  # unchanged by the move of the crc32s to the Rust core: ranks of old and new builds agree
+    for name in sorted(a):
+        part = zlib.crc32(a[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        definition = zlib.crc32(name.encode() + part.to_bytes(4, "little"), definition)
+    assert weights_checksum(a) == definition

@@ -2,8 +2,10 @@
 //!
 //! It converts arguments, releases the GIL around batch work (see `guard`), and maps each Rust error
 //! variant to its Python exception class (see `errors`). All logic lives in `atgrpo-envs`,
-//! `atgrpo-kernels` and `atgrpo-sandbox`; users import the facade `atgrpo`, never this module.
+//! `atgrpo-kernels`, `atgrpo-sandbox` and `atgrpo-checksum`; users import the facade `atgrpo`, never
+//! this module.
 
+mod checksum;
 mod envpool;
 mod errors;
 mod guard;
@@ -16,6 +18,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    checksum::register(m)?;
     envpool::register(m)?;
     kernels::register(m)?;
     sandbox::register(m)?;
