@@ -6,7 +6,8 @@
     atgrpo-bench e2e            # default-config step time split and actor idle vs one process
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
-    atgrpo-bench all --quick    # everything, fewer repeats
+    atgrpo-bench all --quick    # everything above, fewer repeats
+    atgrpo-bench learning       # k=1 vs k=0 held-out success at equal wall time (20 min; not in `all`)
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
 machines are shared, so read the ratios, not the absolute numbers.
@@ -29,11 +30,13 @@ SUITES = {
     "sandbox": "atgrpo.bench.sandbox",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
+LONG = {"learning": "atgrpo.bench.learning"}
+"""Suites that take many minutes: run only when named."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="atgrpo-bench", description=__doc__.split("\n")[0])
-    parser.add_argument("suite", choices=[*SUITES, "all"], help="what to measure")
+    parser.add_argument("suite", choices=[*SUITES, *LONG, "all"], help="what to measure")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (seconds, for smoke runs)")
     parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench-results/)")
     args = parser.parse_args(argv)
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(SUITES) if args.suite == "all" else [args.suite]
     rows: list[BenchRow] = []
     for name in names:
-        rows += importlib.import_module(SUITES[name]).run(args.quick)
+        rows += importlib.import_module({**SUITES, **LONG}[name]).run(args.quick)
     print_table(rows)
     path = args.json or Path("bench-results") / f"{args.suite}.json"
     write_json(rows, path)

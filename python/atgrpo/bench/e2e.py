@@ -11,9 +11,8 @@ same steps in each of:
   separate accelerators.
 
 A step's time is its wall time (`time/step_s`: from the end of the previous step to the end of its
-publication); busy fractions are the learner's compute (`time/learner_s`) and each actor's
-generation, env and weight-sync time (summed over the step's units, divided by the number of
-actors) over that wall time. Every mode's ratio is against alternating in the same placement. The
+publication); busy fractions are the learner's compute (`time/learner_s`) and the actors' time not
+spent waiting for work, over the wall time of the measured steps. Every mode's ratio is against alternating in the same placement. The
 first step (engine start-up) is left out of every median. Every run starts from the same warm-started
 model folder (made once, by the first run).
 
@@ -85,14 +84,18 @@ def _in_process(sets: list[str], steps: int) -> list[float]:
 
 
 def _figures(rows: list[dict], actors: int) -> dict[str, float]:
-    """Medians over the steps after the first: step time and each side's busy fraction."""
+    """Over the steps after the first: the median step time, and each side's busy fraction of the
+    wall time of all of them (an actor's units can span two steps' wall time under pipelining, so
+    per-step fractions would not add up; the totals do). An actor is busy except when it waits for
+    work (`time/actor_idle_s`, summed over actors)."""
     rows = rows[1:] or rows
-    step = [r["time/step_s"] for r in rows]
-    learner = [r["time/learner_s"] / r["time/step_s"] for r in rows]
-    actor = [sum(r.get(k, 0.0) for k in BUSY) / actors / r["time/step_s"] for r in rows]
+    wall = sum(r["time/step_s"] for r in rows)
     return {
-        "step_s": statistics.median(step), "learner_busy": statistics.median(learner),
-        "actor_busy": statistics.median(actor), "steps": float(len(rows)),
+        "step_s": statistics.median(r["time/step_s"] for r in rows),
+        "learner_busy": sum(r["time/learner_s"] for r in rows) / wall,
+        "actor_busy": 1.0 - sum(r.get("time/actor_idle_s", 0.0) for r in rows) / (actors * wall),
+        "actor_work_s": statistics.median(sum(r.get(k, 0.0) for k in BUSY) / actors for r in rows),
+        "steps": float(len(rows)),
         "publish_s": statistics.median(r.get("time/publish_s", 0.0) for r in rows),
         "staleness_mean": statistics.median(r.get("rollout/staleness_mean", 0.0) for r in rows),
     }

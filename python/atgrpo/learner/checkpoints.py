@@ -32,8 +32,9 @@ from atgrpo.models.folder import copy_model_files
 
 LATEST = "latest"
 RESUMABLE_CHANGES = ("run.steps", "run.time_limit_s", "run.eval_every", "run.checkpoint_every", "run.resume",
-                     "run.allow_config_change", "launch.", "metrics.", "transport.")
-"""Config keys (or section prefixes) a resumed run may change: how long and where it runs, not what it learns."""
+                     "run.allow_config_change", "train.streaming", "launch.", "metrics.", "transport.")
+"""Config keys (or section prefixes) a resumed run may change: how long and where it runs, not what
+it learns (streaming trains the same update as the batch path)."""
 
 
 @dataclass
