@@ -90,3 +90,28 @@ def test_restored_units_are_not_rolled_out_again(make_hub, connect) -> None:  # 
     assert sorted(e.env for e in data.envs) == [0, 1, 2, 3]
     assert len(data.samples) == 4 * K and len({(s.key.env, s.branch) for s in data.samples}) == 4 * K
     assert restarted.metrics()["hub/units_restored"] == 1.0
+
+
+def test_a_unit_older_than_k_when_it_arrives_is_refused_and_counted(make_hub, connect) -> None:  # noqa: F811 (fixtures)
+    """An actor that sat on a unit while the learner moved two versions on (k = 1): its samples are
+    refused at intake as stale, counted, and the unit is rolled out again with current weights."""
+    hub = make_hub({"shared": 0}, max_staleness=1, keep_versions=2)
+    hub.publish("shared", 0, WEIGHTS)
+    slow, fresh = connect(hub, "slow"), connect(hub, "fresh")
+    hello(slow), hello(fresh)
+    r = hub.open_round(0, [1, 2], 2, split="train", greedy=False)
+    old = take_unit(slow)
+    assert old.versions == {"shared": 0}
+    hub.publish("shared", 1, WEIGHTS)
+    hub.publish("shared", 2, WEIGHTS)
+    ack = slow.request(SampleBatch("slow", old.unit_id, unit_samples(old, 1)[:K], last=False))
+    assert ack.rejected == K  # two versions behind: more than k
+    assert hub.metrics()["hub/rejected_stale"] == K
+    # The unit comes back when its lease runs out; here, at once:
+    with hub._lock:
+        hub._release(hub._rounds[r], old.unit_id)
+    again = take_unit(fresh)
+    assert again.env_offset == old.env_offset and again.versions == {"shared": 2}
+    finish(fresh, again, tag=2)
+    data = hub.wait_round(r, stall_timeout_s=5.0)
+    assert {s.version for s in data.samples} == {2} and data.staleness == [0] * len(data.samples)
