@@ -17,6 +17,7 @@ INTERNAL = {
     "Terminated": "cli/train.py: SIGTERM turned into KeyboardInterrupt inside the launcher, never raised out of it",
     "RecordProblem": "data/reader.py: a converter's signal, always turned into DatasetRecordError or a skip",
     "SandboxIsolationWarning": "sandbox.py: a warning category (warnings.warn), not an error",
+    "_Untrusted": "workflows/programs.py: a parser's signal that a model-written test must run untrusted, always caught",
 }
 """Exception classes deliberately not in `atgrpo.errors`, with the reason."""
 

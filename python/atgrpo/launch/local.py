@@ -118,6 +118,9 @@ class LocalRun:
         """Run to the end; the exit status: 0, 1 (learner failed), 130 (Ctrl-C) or 143 (SIGTERM)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         signal.signal(signal.SIGTERM, _raise_terminated)
+        # Python leaves SIGINT ignored when it starts with it ignored (a background job of a
+        # non-interactive shell); the launcher's contract is that SIGINT stops the run cleanly.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         learner_log = open(self.logs / "learner.log", "a")
         learner = subprocess.Popen(
             self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True
