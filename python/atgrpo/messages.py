@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
+the first chunk for the whole set, so it is refused at `Hello`."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):
@@ -168,7 +170,7 @@ class WeightsRequest(msgspec.Struct, tag="weights_request"):
 
 
 class TensorMeta(msgspec.Struct, array_like=True):
-    """One tensor of a weights message; its bytes are raw frame number `frame` after the header."""
+    """One tensor of a weights chunk; its bytes are raw frame number `frame` after the chunk's header."""
 
     name: str
     dtype: str
@@ -179,11 +181,17 @@ class TensorMeta(msgspec.Struct, array_like=True):
 
 
 class WeightsHeader(msgspec.Struct, tag="weights"):
-    """Hub -> actor: a complete set of weights; `len(tensors)` raw frames follow this header."""
+    """Hub -> actor: one chunk of a set of weights; `len(tensors)` raw frames follow this header in
+    the same ZMQ message. A weights reply is `chunks` such messages, sent in order (`chunk` 0, 1, ...),
+    each with the checksums of its own tensors (see `atgrpo.transport.tensors`)."""
 
     policy: str
     version: int
     tensors: list[TensorMeta]
+    chunk: int
+    """This message's place in the reply, from 0."""
+    chunks: int
+    """Messages in the reply (>= 1); every chunk of a reply says the same."""
 
 
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (

@@ -29,7 +29,9 @@ the checker's own `==`, so the program can neither grade itself nor return an ob
 to be equal. A test that needs the value of anything else the program gives (an instance of its
 own class, a subclass of int, a generator) gets `unsupported_value`; passing a lambda to the
 program is unsupported too; calls, attribute reads and exceptions cross (as their builtin class).
-Only the setup's one-line imports also run in the program's module. All tests of a program share
+The checker's builtins are its own: a program global named like a builtin (`def abs(x): ...`,
+`len = ...`) is not passed to the checker, so tests see the real `abs` (the program's own code still
+calls its version). Only the setup's one-line imports also run in the program's module. All tests of a program share
 one start; a test that kills it (timeout, crash) costs a restart for the rest, up to `max_starts`.
 
 Threads and ownership: `run_batch` copies the programs, releases the GIL and blocks its caller

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.sandbox import Sandbox, Verdict, function_program, stdio_program
+from atgrpo.sandbox import Sandbox, Verdict, function_program, humaneval_program, stdio_program
 from tests.sandbox.conftest import assert_still_works
 
 
@@ -182,6 +182,20 @@ def test_forged_results_do_not_pass(sandbox: Sandbox) -> None:
     assert_still_works(sandbox)
 
 
+def test_forged_records_past_the_last_case_end_the_run_without_a_panic(sandbox: Sandbox) -> None:
+    # A stdio program runs in the harness's process, so it can reach `send` (and the nonce) and
+    # report any test index; its cases are still judged by their stdout, here empty.
+    code = (
+        "import sys\nf = sys._getframe()\nwhile 'send' not in f.f_locals:\n    f = f.f_back\n"
+        "for i in range(5):\n    f.f_locals['send'](b'E', i, bytes(1))\n"
+    )
+    for cases in ([("", "ok")], [("", "ok"), ("", "ok")]):
+        r = sandbox.run(stdio_program(code, cases))
+        assert r.verdicts == ["wrong_answer"] * len(cases), r.tests
+        assert not any("panic" in t.detail for t in r.tests), r.tests
+    assert_still_works(sandbox)
+
+
 def test_crashes_and_signals_to_itself(sandbox: Sandbox) -> None:
     verdict, detail, _, _ = run_one(sandbox, "import ctypes\nctypes.string_at(0)\n")
     assert verdict == Verdict.RUNTIME_ERROR and "SIGSEGV" in detail, detail
@@ -315,4 +329,41 @@ def test_the_program_dying_or_garbling_the_channel_mid_call(sandbox: Sandbox) ->
     r = sandbox.run(function_program(code, ["assert ok(1) == 1", "die(1)", "assert ok(2) == 2", "garble(1)", "assert ok(3) == 3"]))
     assert r.verdicts == ["passed", "runtime_error", "passed", "runtime_error", "passed"], r.tests
     assert "status 3" in r.tests[1].detail and "channel" in r.tests[3].detail and r.starts == 3
+    assert_still_works(sandbox)
+
+
+# A program global named like a builtin never reaches the checker: ground-truth tests computing with
+# `abs`, `len`, ... get the real builtins (the program's own code still calls its versions).
+SHADOWS = {
+    "def abs": "def abs(x):\n    return 0\n",
+    "abs = int": "abs = int\n",
+    "len = lambda": "len = lambda x: 3\n",
+    "many": (
+        "isinstance = lambda *a: True\nsum = lambda *a: 0\nsorted = list\nall = lambda x: True\n"
+        "round = lambda *a: 1\nmax = min\nclass float:\n    def __new__(cls, x):\n        return 2.5\n"
+    ),
+}
+SHADOW_TESTS = [
+    "assert abs(candidate(1) - 2.5) < 1e-6",
+    "assert len(candidate([1])) == 3",
+    "assert isinstance(candidate(1), str)",
+    "assert sum(candidate([1, 2])) == 0",
+    "assert sorted(candidate([2, 1])) == [2, 1]",
+    "assert all(candidate([0]))",
+    "assert round(candidate(0.4)) == 1",
+    "assert max(candidate([1, 2])) == 1",
+    "assert float(candidate('1')) == 2.5",
+]
+
+
+@pytest.mark.parametrize("shadow", sorted(SHADOWS))
+def test_program_globals_cannot_shadow_the_builtins_of_the_tests(sandbox: Sandbox, shadow: str) -> None:
+    code = SHADOWS[shadow] + "def candidate(x):\n    return x\ndef own(x):\n    return abs(x), len([x])\n"
+    r = sandbox.run(function_program(code, [*SHADOW_TESTS, "assert abs(candidate(-2)) == 2"]))
+    assert r.verdicts == ["wrong_answer"] * len(SHADOW_TESTS) + ["passed"], (shadow, r.tests)
+    check = "def check(candidate):\n" + "".join(f"    {t}\n" for t in SHADOW_TESTS[:2])
+    assert sandbox.run(humaneval_program(code, check, "candidate")).verdicts == ["wrong_answer"], shadow
+    if shadow in ("def abs", "len = lambda"):  # the program's own code keeps its own names
+        want = {"def abs": "(0, 1)", "len = lambda": "(2, 3)"}[shadow]
+        assert sandbox.run(function_program(code, [f"assert own(-2) == {want}"])).verdicts == ["passed"], shadow
     assert_still_works(sandbox)

@@ -63,7 +63,7 @@ EVERY_MESSAGE: list[Message] = [
     ),
     SampleAck(unit_id=9, accepted=2, rejected=0),
     WeightsRequest(actor_id="actor-0", policy="a", version=-1),
-    WeightsHeader(policy="a", version=4, tensors=[TensorMeta("w", "bfloat16", [2, 3], 1, 12345)]),
+    WeightsHeader(policy="a", version=4, tensors=[TensorMeta("w", "bfloat16", [2, 3], 1, 12345)], chunk=1, chunks=3),
 ]
 
 

@@ -1,5 +1,6 @@
 """`HubEndpoint` / `ActorClient` over real sockets: bad peers are refused and counted while the hub
-keeps serving; weights arrive intact; timeouts name what was awaited and never leak late replies."""
+keeps serving; weights arrive intact, chunk by chunk; timeouts name what was awaited and never leak
+late replies or the rest of a reply the client stopped reading."""
 
 from __future__ import annotations
 
@@ -31,16 +32,23 @@ from atgrpo.messages import (
 from atgrpo.transport import ActorClient, HubEndpoint, TransportTimeout, private_ipc_address
 from atgrpo.transport.codec import decode, encode
 from atgrpo.transport.endpoints import IPC_PATH_MAX
-from atgrpo.transport.errors import AddressError, ChecksumMismatch, TransportClosed, UnexpectedReply
-from atgrpo.transport.tensors import weights_to_frames
+from atgrpo.transport.errors import (
+    AddressError,
+    ChecksumMismatch,
+    TransportClosed,
+    UnexpectedReply,
+    WeightsHeaderError,
+)
+from atgrpo.transport.tensors import weights_to_messages
 from conftest import HubThread
 
 WEIGHTS = {
     "embed": torch.randn(512, 256),
-    "norm": torch.ones(256, dtype=torch.bfloat16),
+    "norm": torch.ones(4096, dtype=torch.bfloat16),
     "step": torch.tensor([12], dtype=torch.int64),
 }
-FRAMES = weights_to_frames("shared", 5, WEIGHTS)
+CHUNKS = weights_to_messages("shared", 5, WEIGHTS, chunk_bytes=1)  # one chunk per tensor
+assert len(CHUNKS) == 3
 
 
 def answer(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
@@ -52,7 +60,7 @@ def answer(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
     elif isinstance(msg, SampleBatch):
         hub.send(peer, SampleAck(unit_id=msg.unit_id, accepted=len(msg.samples), rejected=0))
     elif isinstance(msg, WeightsRequest) and msg.policy == "shared" and msg.version in (-1, 5):
-        hub.send_frames(peer, FRAMES)
+        hub.send_weights(peer, CHUNKS)
     else:
         hub.send(peer, Refused(reason=f"cannot serve {msg!r}"))
 
@@ -100,18 +108,100 @@ def test_weights_round_trip_through_the_endpoints(
         assert client.request(WorkRequest(actor_id="a0")) == NoWork(0.1, "idle a0")  # still in step
 
 
-def test_corrupted_weights_raise_on_the_actor(ipc_address: str, serve: Callable[..., HubThread]) -> None:
-    corrupt = list(FRAMES)
-    corrupt[2] = bytes(len(corrupt[2]))  # the bf16 norm, zeroed
+@pytest.mark.parametrize("chunk", [0, 1, 2])
+def test_corrupted_weights_raise_on_the_actor_and_leave_nothing_behind(
+    chunk: int, ipc_address: str, serve: Callable[..., HubThread]
+) -> None:
+    corrupt = [list(m) for m in CHUNKS]
+    corrupt[chunk][1] = bytes(len(corrupt[chunk][1]))  # that chunk's tensor, zeroed
+    bad = [True]
 
-    def bad_hub(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
-        hub.send_frames(peer, corrupt) if isinstance(msg, WeightsRequest) else answer(hub, peer, msg)
+    def bad_once(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
+        if isinstance(msg, WeightsRequest) and bad:
+            hub.send_weights(peer, corrupt)
+            bad.clear()
+        else:
+            answer(hub, peer, msg)
 
-    hub = serve(ipc_address, bad_hub)
+    hub = serve(ipc_address, bad_once)
     with ActorClient(hub.address, "a0", timeout_s=5.0) as client:
-        with pytest.raises(ChecksumMismatch, match="'norm'"):
+        name = list(WEIGHTS)[chunk]
+        with pytest.raises(ChecksumMismatch, match=f"'{name}' of 'shared' v5 \\(chunk {chunk} of 3\\)"):
             client.request_weights("shared", 5)
+        # The chunks after the bad one went to the reset socket: the next replies are whole and right.
         assert isinstance(client.request(WorkRequest(actor_id="a0")), NoWork)
+        _, tensors = client.request_weights("shared", 5)
+        assert all(torch.equal(tensors[n], t) for n, t in WEIGHTS.items())
+
+
+def test_a_bad_first_chunk_raises_before_the_rest_of_the_reply_comes(
+    ipc_address: str, serve: Callable[..., HubThread]
+) -> None:
+    corrupt = list(CHUNKS[0])
+    corrupt[1] = bytes(len(corrupt[1]))
+
+    def first_only(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
+        hub.send_weights(peer, [corrupt]) if isinstance(msg, WeightsRequest) else answer(hub, peer, msg)
+
+    hub = serve(ipc_address, first_only)
+    with ActorClient(hub.address, "a0", timeout_s=5.0) as client:
+        start = time.monotonic()
+        with pytest.raises(ChecksumMismatch, match="'embed'"):
+            client.request_weights("shared", 5)  # chunk 0 is checked as it arrives
+        assert time.monotonic() - start < 2.5
+
+
+def test_a_truncated_reply_times_out_naming_the_missing_chunk_and_its_rest_is_never_read(
+    ipc_address: str, serve: Callable[..., HubThread]
+) -> None:
+    held: list[bytes] = []
+
+    def truncating(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
+        if isinstance(msg, WeightsRequest) and msg.version == 5 and not held:
+            hub.send_weights(peer, CHUNKS[:2])  # the last chunk stays behind ...
+            held.append(peer)
+        elif isinstance(msg, WeightsRequest) and held:
+            hub.send_weights(held[0], CHUNKS[2:])  # ... and is sent late, to the abandoned peer
+            time.sleep(0.05)
+            answer(hub, peer, msg)
+        else:
+            answer(hub, peer, msg)
+
+    hub = serve(ipc_address, truncating)
+    with ActorClient(hub.address, "a0", timeout_s=0.3) as client:
+        start = time.monotonic()
+        with pytest.raises(TransportTimeout) as info:
+            client.request_weights("shared", 5)
+        assert 0.25 < time.monotonic() - start < 2.0
+        assert str(info.value) == (
+            f"weights of 'shared' v5 from hub at {hub.address}: chunk 2 of 3 did not come within 0.3 s (2 came)"
+        )
+        assert client.counters == {"transport/timeouts": 1, "transport/resets": 1}
+        header, tensors = client.request_weights("shared", -1, timeout_s=5.0)
+        assert (header.version, header.chunks, list(tensors)) == (5, 3, list(WEIGHTS))
+        assert all(torch.equal(tensors[n], t) for n, t in WEIGHTS.items())
+
+
+def test_chunks_out_of_order_are_a_protocol_error_that_does_not_spill_into_the_next_request(
+    ipc_address: str, serve: Callable[..., HubThread]
+) -> None:
+    replies = [[CHUNKS[0], CHUNKS[2], CHUNKS[1]], [CHUNKS[1], CHUNKS[2]], [CHUNKS[0], CHUNKS[0], *CHUNKS[1:]]]
+
+    def scrambled(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
+        if isinstance(msg, WeightsRequest) and replies:
+            hub.send_weights(peer, replies.pop(0))
+        else:
+            answer(hub, peer, msg)
+
+    hub = serve(ipc_address, scrambled)
+    with ActorClient(hub.address, "a0", timeout_s=5.0) as client:
+        for expected in ("expected chunk 1 of 3, got chunk 2 of 3", "expected chunk 0 of 3, got chunk 1 of 3",
+                         "expected chunk 1 of 3, got chunk 0 of 3"):
+            with pytest.raises(WeightsHeaderError, match=expected):
+                client.request_weights("shared", 5)
+        _, tensors = client.request_weights("shared", 5)
+        assert all(torch.equal(tensors[n], t) for n, t in WEIGHTS.items())
+        assert client.counters["transport/resets"] == 3
 
 
 def test_bad_messages_are_refused_counted_and_the_hub_keeps_serving(
@@ -229,7 +319,7 @@ def test_a_late_reply_is_never_taken_for_the_next_answer(
 def test_hub_sends_to_a_gone_peer_are_counted_not_raised(ipc_address: str) -> None:
     with HubEndpoint(ipc_address) as hub:
         assert hub.send(b"\x00nobody", NoWork(retry_after_s=1.0, reason="x")) is False
-        assert hub.send_frames(b"\x00nobody", FRAMES) is False
+        assert hub.send_weights(b"\x00nobody", CHUNKS) is False  # stops at the first chunk: counted once
         assert hub.counters["transport/unroutable"] == 2
         assert hub.recv(timeout_s=0.01) is None
     assert hub.closed
@@ -323,11 +413,11 @@ def test_bad_addresses_are_typed_errors() -> None:
 
 def test_request_rejects_a_multi_frame_answer(ipc_address: str, serve: Callable[..., HubThread]) -> None:
     def weights_for_everything(hub: HubEndpoint, peer: bytes, msg: Message) -> None:
-        hub.send_frames(peer, FRAMES)
+        hub.send_weights(peer, CHUNKS)
 
     hub = serve(ipc_address, weights_for_everything)
     with ActorClient(hub.address, "a0", timeout_s=5.0) as client:
-        with pytest.raises(UnexpectedReply, match="work_request got a 4-frame reply"):
+        with pytest.raises(UnexpectedReply, match="work_request got a 2-frame reply"):
             client.request(WorkRequest(actor_id="a0"))
-        header, _ = client.request_weights("shared", 5)  # still in step
+        header, _ = client.request_weights("shared", 5)  # still in step: the other chunks were dropped
         assert header.version == 5

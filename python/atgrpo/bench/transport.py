@@ -3,11 +3,12 @@
 Weight sync (GB/s, higher is better): an `ActorClient.request_weights` round trip to a
 `HubEndpoint` serving an fp32 state dict (1024x1024 matrices plus small vectors, ~50 and ~200 MB;
 ~12 and ~50 MB with --quick) over ipc and tcp loopback. Ours pays for everything the real path
-does: the hub calls `weights_to_frames` (header + crc32 of every tensor) for each request, the
-actor decodes the header, verifies every crc32 and builds the tensors (`frames_to_weights`). The
-reference is a bare DEALER/ROUTER pair: one request frame, then the same tensor buffers sent
-`copy=False` as one multipart reply and received `copy=False`, no header, no checks, no tensors.
-Extras: ours with the frames built once per version (what the hub does: checksums once, then
+does: the hub calls `weights_to_messages` (chunk headers + crc32 of every tensor) for each request
+and sends the chunk messages, the actor decodes each chunk's header, verifies its crc32s and builds
+its tensors (`WeightsAssembler`, overlapped with the arrival of the next chunk). The reference is a
+bare DEALER/ROUTER pair: one request frame, then the same tensor buffers sent `copy=False` as one
+multipart reply and received `copy=False`, no header, no checks, no tensors.
+Extras: ours with the messages built once per version (what the hub does: checksums once, then
 reused for every actor), ours with checksums off, and the crc32 of the largest tensor alone, on one
 thread: ours (the Rust core's, as the transport uses it) and `zlib.crc32` (what it replaced).
 
@@ -43,7 +44,7 @@ import zmq
 from atgrpo import _core
 from atgrpo.bench.report import BenchRow, median_time
 from atgrpo.messages import GroupKey, Sample, SampleAck, SampleBatch, WeightsRequest
-from atgrpo.transport import ActorClient, HubEndpoint, encode, private_ipc_address, weights_to_frames
+from atgrpo.transport import ActorClient, HubEndpoint, encode, private_ipc_address, weights_to_messages
 from atgrpo.transport.tensors import _bytes_view
 
 SUITE = "transport"
@@ -108,7 +109,7 @@ def _thread(loop: Callable[[threading.Event], None]) -> Iterator[None]:
 def our_hub(address: str, state: dict[str, torch.Tensor]) -> Iterator[str]:
     """A `HubEndpoint` in a thread: weights (per `WeightsRequest.version` mode) and sample acks."""
     hub = HubEndpoint(address)
-    cached = weights_to_frames("shared", CACHED, state)
+    cached = weights_to_messages("shared", CACHED, state)
 
     def loop(stop: threading.Event) -> None:
         while not stop.is_set():
@@ -118,10 +119,10 @@ def our_hub(address: str, state: dict[str, torch.Tensor]) -> Iterator[str]:
             peer, msg = got
             if isinstance(msg, WeightsRequest):
                 if msg.version == CACHED:
-                    frames = cached
+                    messages = cached
                 else:
-                    frames = weights_to_frames("shared", msg.version, state, checksum=msg.version != NO_CHECKSUM)
-                hub.send_frames(peer, frames)
+                    messages = weights_to_messages("shared", msg.version, state, checksum=msg.version != NO_CHECKSUM)
+                hub.send_weights(peer, messages)
             elif isinstance(msg, SampleBatch):
                 hub.send(peer, SampleAck(unit_id=msg.unit_id, accepted=len(msg.samples), rejected=0))
 
@@ -231,6 +232,7 @@ def _weights_row(megabytes: int, transport: str, repeats: int) -> BenchRow:
         extra={
             "megabytes": nbytes / 1e6,
             "tensors": float(len(state)),
+            "chunks": float(len(weights_to_messages("shared", 0, state, checksum=False))),
             "frames_cached_GBps": gbps["cached"],
             "checksum_off_GBps": gbps["no_checksum"],
             "crc32_GBps": big.nbytes / crc_s / 1e9,

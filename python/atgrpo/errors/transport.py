@@ -66,13 +66,15 @@ class WeightsError(TransportError):
 
 
 class WeightsHeaderError(WeightsError):
-    """The first frame is not a `WeightsHeader`, or it is inconsistent (duplicate names, frame order)."""
+    """A chunk's first frame is not a `WeightsHeader`, or it is inconsistent (duplicate names, frame
+    order, a chunk missing, repeated or out of order, or disagreeing with chunk 0 on the total)."""
 
     reason = "weights_header"
 
 
 class FrameCountMismatch(WeightsError):
-    """The number of raw frames differs from the number of tensors the header lists."""
+    """The number of raw frames differs from the number of tensors the header lists, or a reply
+    held in memory has fewer or more chunk messages than its headers say."""
 
     reason = "frame_count"
 

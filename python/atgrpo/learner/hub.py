@@ -75,7 +75,7 @@ from atgrpo.messages import (
 )
 from atgrpo.transport.endpoints import HubEndpoint
 from atgrpo.units import cut_units, in_step_order
-from atgrpo.transport.tensors import weights_to_frames
+from atgrpo.transport.tensors import weights_to_messages
 
 log = logging.getLogger("atgrpo.hub")
 
@@ -203,7 +203,8 @@ class Hub:
         self._rounds: dict[int, _Round] = {}
         self._next_round = 0
         self._next_unit = 0
-        self._weights: dict[str, dict[int, list[Any]]] = {}
+        self._weights: dict[str, dict[int, list[list[Any]]]] = {}
+        """policy -> version -> the chunk messages of its weights reply (`weights_to_messages`)."""
         self._stopping: str | None = None
         self._thread = threading.Thread(target=self._serve, name="atgrpo-hub", daemon=True)
         self._error: BaseException | None = None
@@ -216,11 +217,11 @@ class Hub:
         """Make `policy` at `version` fetchable and current: from now on units name it, and the
         ledger admits samples against it. Versions beyond `keep_versions` are dropped. The one place
         a version changes while actors run."""
-        frames = weights_to_frames(policy, version, tensors)
+        messages = weights_to_messages(policy, version, tensors)  # checksums once, reused for every actor
         with self._lock:
             self.ledger.set_version(policy, version)
             versions = self._weights.setdefault(policy, {})
-            versions[version] = frames
+            versions[version] = messages
             for old in sorted(versions)[: -self.keep_versions]:
                 del versions[old]
 
@@ -256,13 +257,16 @@ class Hub:
         waited for, if no unit commits for `stall_timeout_s`. `round_id` None: the oldest open round."""
         with self._lock:
             rnd = self._get_round(round_id)
+            # A round opened ahead (pipelining) may have waited in the queue behind older ones: the
+            # stall clock starts when the learner starts waiting, at the earliest.
+            waiting_since = time.monotonic()
             while not rnd.committed:
                 if rnd.drained:
                     del self._rounds[rnd.round_id]
                     return None
                 if self._error is not None:
                     raise RuntimeError("hub thread failed") from self._error
-                if time.monotonic() - rnd.last_progress > stall_timeout_s:
+                if time.monotonic() - max(rnd.last_progress, waiting_since) > stall_timeout_s:
                     raise TimeoutError(
                         f"step {rnd.step}: waited {stall_timeout_s:.0f} s for samples of {rnd.total - len(rnd.done)} "
                         f"unfinished units ({len(rnd.leases)} leased, {len(rnd.pending)} unassigned; "
@@ -338,7 +342,7 @@ class Hub:
                 if got is not None and reply is not None:
                     peer = got[0]
                     if isinstance(reply, list):
-                        self.endpoint.send_frames(peer, reply)
+                        self.endpoint.send_weights(peer, reply)
                     else:
                         self.endpoint.send(peer, reply)
         except BaseException as exc:  # surfaced to the learner by wait_round

@@ -1,7 +1,8 @@
 """ZeroMQ transport: message codec, tensors as raw frames, hub and actor endpoints.
 
 - `codec`: `encode` / `decode` one `atgrpo.messages.Message` (msgpack, no pickle).
-- `tensors`: `weights_to_frames` / `frames_to_weights` (header + one zero-copy raw frame per tensor).
+- `tensors`: `weights_to_messages` / `WeightsAssembler` (chunk messages of a header + one zero-copy
+  raw frame per tensor).
 - `endpoints`: `HubEndpoint` (ROUTER, learner rank 0), `ActorClient` (DEALER), `private_ipc_address`.
 - `errors`: `TransportError` and one subclass per reason code.
 """
@@ -9,17 +10,18 @@
 from atgrpo.transport.codec import decode, encode, kind_of
 from atgrpo.transport.endpoints import ActorClient, HubEndpoint, private_ipc_address
 from atgrpo.transport.errors import TransportError, TransportTimeout
-from atgrpo.transport.tensors import frames_to_weights, weights_to_frames
+from atgrpo.transport.tensors import WeightsAssembler, messages_to_weights, weights_to_messages
 
 __all__ = [
     "ActorClient",
     "HubEndpoint",
     "TransportError",
     "TransportTimeout",
+    "WeightsAssembler",
     "decode",
     "encode",
-    "frames_to_weights",
     "kind_of",
+    "messages_to_weights",
     "private_ipc_address",
-    "weights_to_frames",
+    "weights_to_messages",
 ]

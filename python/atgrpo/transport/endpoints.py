@@ -2,11 +2,16 @@
 
 Protocol invariants (both sides rely on them):
 - Strict request/reply per actor socket: an actor sends one message and waits for exactly one
-  reply before sending the next. The hub answers every message it receives exactly once, a
-  rejected one with `Refused("<reason>: <detail>")`. Nothing is ever pushed unasked.
+  reply (for weights: all chunk messages of it) before sending the next. The hub answers every
+  message it receives exactly once, a rejected one with `Refused("<reason>: <detail>")`. Nothing
+  is ever pushed unasked.
 - Frames: actor -> hub is one frame (the msgpack message; the ROUTER prepends the peer id). Hub ->
-  actor is one frame, except weights: the `WeightsHeader` frame followed by one raw frame per
-  tensor (see `tensors.py`). There is no empty delimiter frame.
+  actor is one frame, except weights: a weights reply is one or more chunk messages sent
+  back-to-back (`send_weights`), each a `WeightsHeader` frame followed by one raw frame per tensor
+  of that chunk (see `tensors.py`). There is no empty delimiter frame. A reply that is not complete
+  is never read as a reply: the client resets its socket whenever it stops reading a reply before
+  its last message (any error, timeout or interrupt while receiving weights, or a multi-frame
+  answer to `request`), so the rest of it can never reach the next request.
 - The ROUTER gives each DEALER connection a random peer id. An `ActorClient` that gives up on a
   request (timeout, interrupt, any exception between send and reply) closes its socket with
   linger 0 and opens a new one, i.e. becomes a new peer: a late reply to the abandoned request is
@@ -17,9 +22,13 @@ Protocol invariants (both sides rely on them):
   counted in `HubEndpoint.counters["transport/rejected_<reason>"]`, refused, and skipped.
   Sizes: `max_message_bytes` is checked before decoding (refused as `oversized`); libzmq's
   ZMQ_MAXMSGSIZE is set to `hard_limit_bytes` (default 2x) and drops the connection of a peer
-  sending more than that without the hub ever seeing the message (that peer times out).
+  sending more than that without the hub ever seeing the message (that peer times out). The
+  client applies its `max_message_bytes` to every frame it decodes (each chunk's header included);
+  raw tensor frames are not bounded (a tensor is as large as it is).
 - Hub sends never block: a peer that is gone or whose queue is full (ZMQ_SNDHWM) makes `send`
-  return False and bump `transport/unroutable` or `transport/dropped_hwm`.
+  return False and bump `transport/unroutable` or `transport/dropped_hwm`. A weights reply stops
+  at the first chunk that cannot be sent; its peer then times out waiting for the rest (a reply
+  is at most `tensors.MAX_CHUNKS` messages, under the default high-water mark of 1000).
 - Security: ipc sockets live in a private 0700 directory (`private_ipc_address`); tcp endpoints
   can use CURVE (`curve_keys=` a folder made by `atgrpo.transport.keys.generate_keys`), which
   encrypts and authenticates both ends. Without keys a tcp hub accepts anyone who can reach it.
@@ -54,7 +63,7 @@ from atgrpo.transport.errors import (
     TransportTimeout,
     UnexpectedReply,
 )
-from atgrpo.transport.tensors import frames_to_weights
+from atgrpo.transport.tensors import WeightsAssembler
 
 log = logging.getLogger("atgrpo.transport")
 
@@ -136,12 +145,17 @@ class HubEndpoint:
         """Reply to `peer_id`; False (and counted) if the peer is gone or its queue is full."""
         return self._send([peer_id, encode(msg)], what=kind_of(msg))
 
-    def send_frames(self, peer_id: bytes, frames: list[Any]) -> bool:
-        """Send a multi-frame reply (weights: `weights_to_frames(...)`) without copying the buffers.
+    def send_weights(self, peer_id: bytes, messages: list[list[Any]]) -> bool:
+        """Send a weights reply (`weights_to_messages(...)`: its chunk messages, back-to-back)
+        without copying the buffers; False (and counted once) if a chunk could not be sent, in
+        which case the rest are not sent either.
 
         The buffers must stay unmodified until libzmq has sent them (see `tensors.py`).
         """
-        return self._send([peer_id, *frames], what="weights")
+        for frames in messages:
+            if not self._send([peer_id, *frames], what="weights"):
+                return False
+        return True
 
     def close(self) -> None:
         """Close the socket, dropping anything unsent (linger 0). Idempotent."""
@@ -237,8 +251,9 @@ class ActorClient:
 
     def request(self, msg: Message, timeout_s: float | None = None) -> Message:
         """Send `msg`, return the hub's one reply. Raises `TransportTimeout` (socket reset) or a codec error."""
-        frames = self._exchange(msg, timeout_s)
+        frames = self._exchange(msg, self._timeout(timeout_s))
         if len(frames) != 1:
+            self._reset()  # weights: more chunks may follow, and must not answer the next request
             raise UnexpectedReply(f"{kind_of(msg)} got a {len(frames)}-frame reply from hub at {self.address}")
         return decode(frames[0].buffer, max_bytes=self.max_message_bytes)
 
@@ -247,17 +262,28 @@ class ActorClient:
     ) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
         """Weights of `policy` at `version` (-1: newest). Tensors alias the received frames (no copy).
 
-        Raises `UnexpectedReply` when the hub answers anything but those weights (e.g. `Refused`),
-        a `WeightsError` for a bad weights message, `TransportTimeout` as `request`.
+        The reply's chunks are checked one by one as they arrive (`WeightsAssembler`), while libzmq
+        receives the next; all of them must arrive within the one timeout. Returns the reply's
+        merged header (`WeightsAssembler.result`) and the tensors. Raises `UnexpectedReply` when
+        the hub answers anything but those weights (e.g. `Refused`), a `WeightsError` for a bad
+        chunk, `TransportTimeout` as `request` or when the reply stops before its last chunk
+        (naming the chunk awaited). Any error after the first chunk came resets the socket.
         """
-        frames = self._exchange(WeightsRequest(actor_id=self.actor_id, policy=policy, version=version), timeout_s)
+        timeout = self._timeout(timeout_s)
+        deadline = time.monotonic() + timeout
+        frames = self._exchange(WeightsRequest(actor_id=self.actor_id, policy=policy, version=version), timeout)
         if len(frames) == 1:
             reply = decode(frames[0].buffer, max_bytes=self.max_message_bytes)
             if not isinstance(reply, WeightsHeader):
                 raise UnexpectedReply(f"weights_request for {policy!r} v{version} answered with {reply!r}")
-        header, tensors = frames_to_weights(
-            frames, verify=self.verify_checksums, max_header_bytes=self.max_message_bytes
-        )
+        got = WeightsAssembler(verify=self.verify_checksums, max_header_bytes=self.max_message_bytes)
+        try:
+            while not got.add(frames):
+                frames = self._next_chunk(got, deadline, timeout)
+        except BaseException:
+            self._reset()  # the rest of the reply may still come: it must not answer the next request
+            raise
+        header, tensors = got.result()
         if header.policy != policy or (version >= 0 and header.version != version):
             raise UnexpectedReply(
                 f"asked for {policy!r} v{version}, hub sent {header.policy!r} v{header.version}"
@@ -302,11 +328,27 @@ class ActorClient:
         self.counters["transport/resets"] += 1
         self._sock = self._connect()
 
-    def _exchange(self, msg: Message, timeout_s: float | None) -> list[zmq.Frame]:
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.timeout_s if timeout_s is None else timeout_s
+
+    def _next_chunk(self, got: WeightsAssembler, deadline: float, timeout: float) -> list[zmq.Frame]:
+        """The next message of a weights reply whose first chunk `got` has; `TransportTimeout` if it
+        does not come by `deadline` (the caller resets the socket)."""
+        assert self._sock is not None and got.first is not None
+        wait_ms = max(0, round((deadline - time.monotonic()) * 1000))
+        if self._sock.poll(wait_ms, zmq.POLLIN):
+            return self._sock.recv_multipart(copy=False)
+        self.counters["transport/timeouts"] += 1
+        raise TransportTimeout(
+            f"weights of {got.first.policy!r} v{got.first.version} from hub at {self.address}: "
+            f"chunk {got.received} of {got.first.chunks} did not come within {timeout} s ({got.received} came)"
+        )
+
+    def _exchange(self, msg: Message, timeout: float) -> list[zmq.Frame]:
+        """Send `msg` and return the first message of its reply, within `timeout` seconds."""
         if self._sock is None:
             raise TransportClosed(f"actor {self.actor_id!r}: client to {self.address} is closed")
         sock = self._sock
-        timeout = self.timeout_s if timeout_s is None else timeout_s
         data = encode(msg)
         deadline = time.monotonic() + timeout
         sent = False

@@ -8,8 +8,9 @@
 //! loaded, `E` test `index` ended (payload: status byte + detail), `P` program failed to load (same
 //! payload; every remaining test gets it), `D` all done. All integers little-endian.
 //!
-//! A record with the wrong nonce, an unknown kind, an out-of-order index or an oversized payload is
-//! a protocol violation: the execution is stopped and the test gets `sandbox_error`.
+//! A record with the wrong nonce, an unknown kind, an out-of-order index (one past the last test
+//! included) or an oversized payload is a protocol violation: the execution is stopped and the
+//! test gets `sandbox_error` (no test is left once a forged record ends the last one).
 //!
 //! Function mode adds a second process, the program's own (`CANDIDATE`), which only ever talks to
 //! the checker (`HARNESS`) over a pipe pair the host made (its fds 3 and 4; the checker's 5 and 6):

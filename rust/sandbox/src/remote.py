@@ -6,7 +6,8 @@
 # shape checked before use; any surprise ends this process with status 75 through `broken` (the
 # host then blames the program). A `Remote` never yields a value that is not plain data: comparing,
 # hashing, iterating or computing with one raises `Unsupported` (verdict `unsupported_value`), so an
-# object that claims to equal everything is never equal to anything here.
+# object that claims to equal everything is never equal to anything here. No program global named
+# like a builtin is installed: the trusted setup and tests always call the real builtins.
 def _atgrpo_checker(g, code, setup, codec, broken):
     """Ships the program to its process and fills `g` with stand-ins for the program's globals.
     Returns None when the program loaded, else (status, detail) for every test."""
@@ -163,9 +164,13 @@ def _atgrpo_checker(g, code, setup, codec, broken):
         return value[0], value[1][:500]
     if kind != b"L" or type(value) is not list:
         broken(f"an unexpected reply {kind!r} to the program")
+    # A program global named like a builtin (`def abs(x): return 0`, `len = lambda x: 3`, `abs = int`)
+    # is not installed: the setup and tests run here with the real builtins, so a program cannot
+    # change what `abs(candidate(1) - 2.5) < 1e-6` computes. Only its own process sees its rebinding.
+    shadowed = vars(builtins)
     for item in value:
         if type(item) is tuple and len(item) == 3 and type(item[0]) is str and type(item[1]) is str:
-            if item[0].isidentifier() and item[0][:2] != "__":
+            if item[0].isidentifier() and item[0][:2] != "__" and item[0] not in shadowed:
                 try:
                     install(*item)
                 except Exception:

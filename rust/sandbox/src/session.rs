@@ -226,7 +226,9 @@ impl Session<'_> {
                 self.case_start = Instant::now();
                 None
             }
-            Record::TestEnd { index, status, detail } if index == self.cur && self.loaded => {
+            // Past the last test (a stdio program holds the nonce and can forge an `E` for every
+            // index): a garbled record like any other out-of-order one, below.
+            Record::TestEnd { index, status, detail } if index == self.cur && self.loaded && index < results.len() => {
                 // The harness flushed before reporting and now waits for the ack: all of this
                 // test's output is already in the pipes.
                 let (mut o, mut e) = (true, true);

@@ -145,3 +145,18 @@ fn function_verdicts_come_from_a_checker_the_program_cannot_reach() {
         assert_eq!(verdicts(&s, p), [Verdict::UnsupportedValue, Verdict::Passed], "{:?}", s.isolation());
     }
 }
+
+#[test]
+fn a_forged_record_past_the_last_test_is_a_protocol_error_not_a_panic() {
+    // A stdio program shares the harness's interpreter, so it can call `send` with any index.
+    let code = "import sys\nf = sys._getframe()\nwhile 'send' not in f.f_locals:\n    f = f.f_back\nfor i in range(5):\n    f.f_locals['send'](b'E', i, bytes(1))\n";
+    let case = || StdioCase { stdin: Vec::new(), expected: Some(b"ok".to_vec()) };
+    for ns in [true, false] {
+        let s = sandbox(ns);
+        for n in [1, 2] {
+            let r = s.run_batch(vec![Program::Stdio { code: code.into(), cases: (0..n).map(|_| case()).collect() }]).unwrap().remove(0);
+            let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
+            assert_eq!(v, vec![Verdict::WrongAnswer; n], "{:?}", r.tests);
+        }
+    }
+}
