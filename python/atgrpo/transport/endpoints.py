@@ -277,9 +277,14 @@ class ActorClient:
             if not isinstance(reply, WeightsHeader):
                 raise UnexpectedReply(f"weights_request for {policy!r} v{version} answered with {reply!r}")
         got = WeightsAssembler(verify=self.verify_checksums, max_header_bytes=self.max_message_bytes)
+        # Every chunk's frames (headers included) are freed together when this returns, as one
+        # multipart reply's were: freeing them one chunk at a time changed which blocks end up on
+        # top of libzmq's malloc heap, and glibc then trimmed and re-faulted ~40 MB per 50 MB reply.
+        held = [frames]
         try:
             while not got.add(frames):
                 frames = self._next_chunk(got, deadline, timeout)
+                held.append(frames)
         except BaseException:
             self._reset()  # the rest of the reply may still come: it must not answer the next request
             raise
