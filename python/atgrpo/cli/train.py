@@ -59,10 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_commands:
         print_commands(args, cfg)
         return 0
-    from atgrpo.launch.local import LocalRun
+    from atgrpo.errors import PlacementError
+    from atgrpo.launch.gpu_plan import check_plan
+    from atgrpo.launch.local import LocalRun, learner_command
 
+    try:
+        for load in check_plan(cfg):
+            print(f"plan: {load.describe()}", flush=True)
+    except PlacementError as exc:
+        sys.exit(f"placement error: {exc}")
     n_actors = args.actors if args.actors is not None else cfg.launch.actors
-    return LocalRun(cfg, child_cmd("atgrpo.cli.learner", args, []), child_cmd("atgrpo.cli.actor", args, []), n_actors).run()
+    learner = learner_command(child_cmd("atgrpo.cli.learner", args, []), len(cfg.launch.learner_devices))
+    return LocalRun(cfg, learner, child_cmd("atgrpo.cli.actor", args, []), n_actors).run()
 
 
 if __name__ == "__main__":

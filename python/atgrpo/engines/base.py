@@ -66,6 +66,13 @@ class RolloutEngine(abc.ABC):
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
         """Install a full set of weights (HF parameter names) as `version`."""
 
+    def sleep(self) -> None:
+        """Give back the device memory the engine can spare while its actor waits for work
+        (vLLM with `rollout.vllm_sleep_when_idle` on a GPU). Default: nothing to give back."""
+
+    def wake(self) -> None:
+        """Undo `sleep`; the actor calls it before the engine's next weight load or generate."""
+
 
 def check_prompts(prompts: list[list[int]], params: SamplingParams, context_length: int | None) -> None:
     """Refuse empty prompts and prompts that leave no room for `max_new_tokens` in the context."""
@@ -75,6 +82,7 @@ def check_prompts(prompts: list[list[int]], params: SamplingParams, context_leng
         longest = max((len(p) for p in prompts), default=0)
         if longest + params.max_new_tokens > context_length:
             raise PromptTooLongError(
-                f"a prompt of {longest} tokens plus max_new_tokens={params.max_new_tokens} exceeds the model's "
-                f"context of {context_length} tokens; shorten the prompt (task.prompts, task.turns) or max_new_tokens"
+                f"a prompt of {longest} tokens plus max_new_tokens={params.max_new_tokens} exceeds the engine's "
+                f"{context_length} tokens per sequence (rollout.max_prompt_tokens + max_new_tokens, at most the "
+                f"model's context); shorten the prompt (task.prompts, task.turns) or raise rollout.max_prompt_tokens"
             )

@@ -19,7 +19,13 @@ Imported only when `rollout.engine = "vllm"`. What it guarantees, each tested on
 In-process, vLLM's CPU worker replaces `torch.set_num_threads` with a no-op (in its worker processes
 it binds OpenMP threads). Here that would only take the caller's control away, so it is restored;
 the engine runs with the torch threads set before it was made (`launch.actor_threads`).
-The GPU paths (device "cuda[:N]", memory shares) are not tested here: no GPU in CI.
+- **A sequence budget**, not the model's whole context: `max_model_len` from
+  `rollout.max_prompt_tokens + max_new_tokens` (`engines.factory.sequence_budget`).
+- **Sleep while idle** (`rollout.vllm_sleep_when_idle`, GPU only): the actor calls `sleep` when the
+  hub has no work for it and `wake` comes before the next weight load or generate, so a learner on
+  the same GPU trains in the memory the KV cache held.
+The GPU paths (device "cuda[:N]", memory shares, sleep mode) are not tested here: no GPU in CI;
+they were written against vLLM 0.32.0's `LLM.sleep` / `wake_up` and its start-up memory check.
 """
 
 from __future__ import annotations
@@ -38,7 +44,12 @@ class VllmEngine(RolloutEngine):
     def __init__(
         self, model_dir: str, *, policy: str, facts: ModelFacts, dtype: str = "float32", device: str = "cpu",
         version: int = -1, gpu_memory_utilization: float = 0.8, cpu_kv_cache_gb: float = 2.0, max_batch: int = 256,
+        max_model_len: int | None = None, sleep_when_idle: bool = False,
     ) -> None:
+        """`max_model_len`: tokens per sequence (prompt + response) the engine holds, at most the
+        model's context (None: the model's context; vLLM then reserves KV memory for one sequence of
+        that length, 40,960 tokens for Qwen3). `sleep_when_idle`: on a GPU, `sleep` frees the KV
+        cache and moves the weights to host memory (vLLM's sleep mode, level 1)."""
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             from vllm import LLM
@@ -58,6 +69,9 @@ class VllmEngine(RolloutEngine):
         else:
             _select_gpu(device)
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            # Sleep mode needs vLLM's CUDA memory pool (cumem), which it turns on itself for this flag.
+            kwargs["enable_sleep_mode"] = sleep_when_idle
+        context = facts.context_length if max_model_len is None else max_model_len
         restore_threads = torch.set_num_threads
         try:
             self.llm = LLM(
@@ -65,7 +79,7 @@ class VllmEngine(RolloutEngine):
                 dtype=dtype,
                 enable_prefix_caching=True,
                 logprobs_mode="processed_logprobs",
-                max_model_len=facts.context_length,
+                max_model_len=context,
                 max_num_seqs=max_batch,
                 enforce_eager=on_cpu,  # no torch.compile on CPU: it costs minutes at start for little
                 seed=0,
@@ -76,13 +90,17 @@ class VllmEngine(RolloutEngine):
         self.policy = policy
         self.version = version
         self.facts = facts
+        self.context_length = context
         self.stats = EngineStats()
+        self._can_sleep = sleep_when_idle and not on_cpu
+        self._asleep = False
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
 
-        check_prompts(prompts, params, self.facts.context_length)
+        check_prompts(prompts, params, self.context_length)
+        self.wake()
         start = time.perf_counter()
         stops = sorted({*self.facts.stop_token_ids, *params.stop_token_ids})
         base = seed if seed is not None else int(torch.randint(0, 2**62, ()).item())
@@ -114,6 +132,7 @@ class VllmEngine(RolloutEngine):
         """Reload every weight in place (HF names, as the learner exports them), then drop the prefix
         cache: its KV was computed with the old weights."""
         items = list(tensors.items())
+        self.wake()
 
         def reload(worker) -> None:
             worker.model_runner.reload_weights(weights_iterator=iter(items))
@@ -121,6 +140,20 @@ class VllmEngine(RolloutEngine):
         self.llm.collective_rpc(reload)
         self.llm.reset_prefix_cache()
         self.version = version
+
+
+    def sleep(self) -> None:
+        if self._can_sleep and not self._asleep:
+            # Level 1 keeps the weights (in host memory): a unit at the same version needs no reload.
+            # No request is in flight between units, so nothing is aborted.
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self.llm.reset_prefix_cache()  # the KV cache was discarded while asleep
+            self._asleep = False
 
 
 def request_seed(seed: int, index: int) -> int:

@@ -11,6 +11,7 @@ handled the same way (exit status 143 instead of 130). No child outlives the lau
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from atgrpo.config import RunConfig
+from atgrpo.errors import PlacementError
 from atgrpo.launch.progress import Progress
 from atgrpo.messages import EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress
 
@@ -76,9 +78,11 @@ class LocalRun:
     def spawn_actor(self, i: int) -> subprocess.Popen:
         log_file = open(self.logs / f"actor{i}.log", "a")
         assert self.address is not None
+        gpus = self.cfg.launch.actor_devices
         return subprocess.Popen(
             [*self.actor_cmd, "--address", self.address, "--id", f"actor{i}"],
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            env=child_env([gpus[i % len(gpus)]] if gpus else []),
         )
 
     def read_events(self, learner: subprocess.Popen) -> None:
@@ -123,7 +127,8 @@ class LocalRun:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         learner_log = open(self.logs / "learner.log", "a")
         learner = subprocess.Popen(
-            self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True
+            self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True,
+            env=child_env(self.cfg.launch.learner_devices),
         )
         reader = threading.Thread(target=self.read_events, args=(learner,), daemon=True)
         reader.start()
@@ -158,6 +163,30 @@ class LocalRun:
         return 0 if learner.returncode == 0 else 1
 
 
+def child_env(gpus: list[int]) -> dict[str, str]:
+    """The environment of a child that computes on `gpus` (launch.*_devices, numbered as the
+    launcher sees them): `CUDA_VISIBLE_DEVICES` names them as the host does, through the
+    launcher's own `CUDA_VISIBLE_DEVICES` when it has one. No GPUs named: the launcher's own."""
+    env = dict(os.environ)
+    if not gpus:
+        return env
+    mine = os.environ.get("CUDA_VISIBLE_DEVICES")
+    host = [x.strip() for x in mine.split(",") if x.strip()] if mine else None
+    if host is not None and max(gpus) >= len(host):
+        raise PlacementError(f"launch.*_devices name GPU {max(gpus)}, but the launcher sees {len(host)} (CUDA_VISIBLE_DEVICES={mine})")
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(host[g] if host is not None else str(g) for g in gpus)
+    return env
+
+
+def learner_command(module_cmd: list[str], ranks: int) -> list[str]:
+    """`module_cmd` (python -m atgrpo.cli.learner ...) for `ranks` ranks on this host: itself for one,
+    under torchrun (one rank per GPU of `launch.learner_devices`) for several."""
+    if ranks <= 1:
+        return module_cmd
+    python, _, module, *rest = module_cmd
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", module, *rest]
+
+
 def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
     """Terminate `proc` if it still runs, and kill it if it does not exit within `timeout`."""
     if proc is None or proc.poll() is not None:
@@ -170,4 +199,4 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
         proc.wait()
 
 
-__all__ = ["LocalRun", "describe", "stop_process"]
+__all__ = ["LocalRun", "child_env", "describe", "learner_command", "stop_process"]

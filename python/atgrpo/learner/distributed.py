@@ -2,7 +2,9 @@
 
 Both launchers describe the job in the environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 `MASTER_ADDR`, `MASTER_PORT`); `init_distributed_from_env` reads it and creates the default
-`torch.distributed` process group (gloo on CPU, nccl on CUDA). A process started without a launcher
+`torch.distributed` process group with the backend its caller names: the one of the device the
+ranks train on (`atgrpo.devices.collective_backend`), never "whatever this host has", so a CPU
+learner on a GPU host all-reduces CPU tensors over gloo. A process started without a launcher
 is a world of one: the missing variables are filled in (loopback address, a free port), so the same
 code path (and the same collectives) runs in a single process too.
 
@@ -17,7 +19,6 @@ import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -64,10 +65,6 @@ def dist_env() -> DistEnv:
     )
 
 
-def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
-
-
 def _fill_single_process_env() -> None:
     # A world of one still goes through env:// initialisation (deepspeed reads the same variables),
     # so write the defaults into the environment instead of passing them only to init_process_group.
@@ -81,11 +78,12 @@ def _fill_single_process_env() -> None:
         os.environ["MASTER_PORT"] = str(free_port(os.environ["MASTER_ADDR"]))
 
 
-def init_distributed_from_env(backend: str | None = None, timeout_s: float = 1800.0) -> DistEnv:
-    """Create the default process group from the environment, unless one exists already.
+def init_distributed_from_env(backend: str, timeout_s: float = 1800.0) -> DistEnv:
+    """Create the default process group (`backend`: "gloo" or "nccl") from the environment, unless
+    one exists already.
 
     Idempotent. `timeout_s` bounds every collective (a peer that died makes the others fail after it
-    rather than hang forever). On CUDA the process is pinned to GPU `LOCAL_RANK`.
+    rather than hang forever). The caller makes the rank's GPU current first (`devices.activate`).
     """
     if dist.is_initialized():
         return DistEnv(
@@ -97,9 +95,6 @@ def init_distributed_from_env(backend: str | None = None, timeout_s: float = 180
         )
     _fill_single_process_env()
     env = dist_env()
-    backend = backend or default_backend()
-    if backend == "nccl":
-        torch.cuda.set_device(env.local_rank)
     dist.init_process_group(
         backend=backend,
         init_method="env://",

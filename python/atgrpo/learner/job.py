@@ -26,6 +26,7 @@ import msgspec
 import torch
 
 from atgrpo.config import RunConfig
+from atgrpo.devices import activate, collective_backend, resolve_device
 from atgrpo.learner import distributed
 from atgrpo.learner.checkpoints import (
     RunState, check_and_write_config, latest_checkpoint,
@@ -48,9 +49,9 @@ from atgrpo.transport.security import require_keys
 
 log = logging.getLogger("atgrpo.learner")
 
-Prepare = Callable[[RunConfig, Callable[[str, int, int, float], None]], None]
+Prepare = Callable[[RunConfig, Callable[[str, int, int, float], None], torch.device], None]
 """Makes every policy's initial model folder on rank 0 (`atgrpo.warmstart.prepare.prepare_models`),
-reporting (policy, step, steps, loss) of its warm start."""
+warm-starting on the rank's device and reporting (policy, step, steps, loss)."""
 
 
 def emit(event: LearnerEvent) -> None:
@@ -79,14 +80,17 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
+    job = distributed.dist_env()
+    device = resolve_device(cfg.train.device, local_rank=job.local_rank, world_size=job.world_size)
+    activate(device)
     rank, world = 0, 1
     if distributed.launched() or cfg.train.backend == "deepspeed":
-        env = distributed.init_distributed_from_env(timeout_s=cfg.transport.step_timeout_s)
+        env = distributed.init_distributed_from_env(collective_backend(device), timeout_s=cfg.transport.step_timeout_s)
         rank, world = env.rank, env.world_size
     checkpoint = latest_checkpoint(checkpoints_dir(cfg)) if cfg.run.resume else None
     if rank == 0:
         check_and_write_config(cfg, out_dir(cfg), resuming=checkpoint is not None)
-        prepare(cfg, lambda p, step, steps, loss: emit(WarmStartProgress(p, step, steps, loss)))
+        prepare(cfg, lambda p, step, steps, loss: emit(WarmStartProgress(p, step, steps, loss)), device)
     if world > 1:
         torch.distributed.barrier()
 
@@ -99,7 +103,7 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    trainer = Trainer(cfg, rank, world)
+    trainer = Trainer(cfg, rank, world, device)
     state = RunState(0, dict(trainer.versions), None)
     if checkpoint is not None:
         state = trainer.load(checkpoint)

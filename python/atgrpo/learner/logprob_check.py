@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from atgrpo.devices import model_device
 from atgrpo.engines.base import Completion
 from atgrpo.learner.batching import pair_microbatches
 from atgrpo.learner.logprobs import token_logprobs
@@ -27,10 +28,11 @@ def learner_logprobs(
     pairs = [(list(p), list(o.token_ids)) for p, o in zip(prompts, outs)]
     result: dict[int, list[float]] = {}
     for mb in pair_microbatches(pairs, max_tokens=max_tokens, pad_id=pad_id):
+        mb = mb.to(model_device(model))
         with torch.no_grad():
             logp, _ = token_logprobs(model, mb, temperature)
         for row, i in enumerate(mb.sample_index):
-            result[i] = logp[row][mb.loss_mask[row, 1:]].tolist()
+            result[i] = logp[row][mb.loss_mask[row, 1:]].cpu().tolist()
     return [result[i] for i in range(len(pairs))]
 
 

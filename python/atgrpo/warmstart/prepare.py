@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from atgrpo.config import GAME_TASKS, RunConfig
+from atgrpo.devices import resolve_device
 from atgrpo.models.folder import copy_model_files, load_model, load_tokenizer
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir, source_model_dir
@@ -27,8 +28,11 @@ Progress = Callable[[str, int, int, float], None]
 """(policy, step, steps, loss) after each reported warm-start step."""
 
 
-def prepare_models(cfg: RunConfig, progress: Progress | None = None) -> None:
-    """Rank 0, before anything else: every policy's folder (`paths.policy_dir`) exists when it returns."""
+def prepare_models(cfg: RunConfig, progress: Progress | None = None, device: torch.device | None = None) -> None:
+    """Rank 0, before anything else: every policy's folder (`paths.policy_dir`) exists when it
+    returns. The warm start trains on `device` (None: `train.device`), the saved folder is the same
+    whatever the device."""
+    device = device if device is not None else resolve_device(cfg.train.device)
     from atgrpo.workflows.games import GameWorkflow
 
     for p in sorted(cfg.policies):
@@ -41,7 +45,7 @@ def prepare_models(cfg: RunConfig, progress: Progress | None = None) -> None:
         if source is None:
             build_tiny_model(cfg.policies[p].tiny, tmp)
             source = tmp
-        model, tok = load_model(source), load_tokenizer(source)
+        model, tok = load_model(source, device=str(device)), load_tokenizer(source)
         ws = cfg.warmstart
         if ws.steps and cfg.task.task not in GAME_TASKS:
             log.info("[%s] no solver demonstrations for task %s: warm start skipped", p, cfg.task.task)
@@ -61,7 +65,7 @@ def prepare_models(cfg: RunConfig, progress: Progress | None = None) -> None:
                 lambda step: demos.make_demos(wf, tok, n, start=step * n, tool_noise=ws.tool_noise, seed=cfg.run.seed, roles=roles),
                 pad_id=tok.pad_token_id, steps=ws.steps, lr=ws.lr, answers_only=not built, on_step=report,
             )
-        model.save_pretrained(tmp)
+        model.to("cpu").save_pretrained(tmp)  # the folder is the same whichever device trained it
         if not built:
             copy_model_files(source, tmp)
         tmp.rename(folder)

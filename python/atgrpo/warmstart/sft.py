@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from atgrpo.devices import model_device
 from atgrpo.learner.batching import pair_microbatches
 from atgrpo.learner.logprobs import token_logprobs
 
@@ -49,6 +50,7 @@ def warm_start(
     losses = []
     for step in range(steps):
         (mb,) = pair_microbatches(make_pairs(step), max_tokens=10**9, pad_id=pad_id, share_prefix=answers_only)
+        mb = mb.to(model_device(model))
         logp, _ = token_logprobs(model, mb, 1.0)
         mask = mb.loss_mask[:, 1:].float()
         loss = -(logp * mask).sum() / mask.sum()

@@ -1,0 +1,239 @@
+"""The GPU placement plan of a run: which process sits on which GPU, and whether their memory fits.
+
+`atgrpo-train` checks the plan before it starts anything, so a run that would run out of memory,
+or whose vLLM engine would refuse to start, is refused with the numbers instead. What it counts:
+
+- **Learner** (per rank): weights, gradients and optimizer state, from the parameter count, the
+  dtype and the backend (`learner_parts`: the torch backend replicates fp32 master weights, fp32
+  gradients and AdamW's two fp32 moments; DeepSpeed ZeRO-s partitions them across ranks as its
+  stages do), the frozen KL reference if `train.kl_coef`, and an estimate of the activations of
+  one micro-batch of `train.micro_batch_tokens` tokens.
+- **vLLM engines**: `rollout.vllm_gpu_memory_utilization` x the GPU's memory per actor. vLLM
+  reserves that much at start and refuses to start unless it is free then, so it counts in full.
+- **torch engines**: their weights in the rollout dtype and the KV cache of one generate call.
+- **A CUDA context** per process per GPU (`CONTEXT_BYTES`).
+
+Colocated (an actor on a learner GPU): with `rollout.vllm_sleep_when_idle` the engine frees its
+memory while the learner trains, so the GPU must hold max(engine + learner at rest, learner at its
+peak); without it, both at their peak. A colocated actor needs the alternating schedule
+(`train.max_staleness = 0`, `train.streaming = false`): otherwise both would compute at once.
+
+The activation figure is an estimate (per token and layer, about 8 x hidden + 4 x intermediate
+values kept for backward; with gradient checkpointing only each layer's input, plus one layer's
+worth), so the plan refuses only what cannot fit by these counts. Nothing here was run on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atgrpo.config import RunConfig
+from atgrpo.errors import PlacementError
+
+GB = 1e9
+CONTEXT_BYTES = int(1.0 * GB)
+"""CUDA context and library workspaces of one process on one GPU (measured values run 0.5-1 GB)."""
+HEADROOM = 0.95
+"""Share of a GPU's memory the plan fills at most (fragmentation, NCCL buffers)."""
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs of one policy's model."""
+
+    params: int
+    hidden: int
+    layers: int
+    intermediate: int
+    vocab: int
+    kv_dim: int
+    """key/value heads x head dim."""
+
+    @classmethod
+    def from_hf_config(cls, c: dict) -> ModelShape:
+        """From a model's `config.json` (dense decoder LMs: Qwen3, Llama, Mistral, SmolLM)."""
+        h, layers, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+        heads = c["num_attention_heads"]
+        kv_heads = c.get("num_key_value_heads") or heads
+        head_dim = c.get("head_dim") or h // heads
+        attn = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
+        per_layer = attn + 3 * h * inter + 2 * h
+        embed = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2)
+        return cls(layers * per_layer + embed + h, h, layers, inter, vocab, kv_heads * head_dim)
+
+
+@dataclass
+class GpuLoad:
+    """What the plan puts on one GPU: (what, bytes) while the learner trains and while it rests."""
+
+    gpu: int
+    total: int
+    peak: list[tuple[str, int]] = field(default_factory=list)
+    rest: list[tuple[str, int]] = field(default_factory=list)
+
+    def need(self) -> int:
+        return max(sum(b for _, b in self.peak), sum(b for _, b in self.rest))
+
+    def describe(self) -> str:
+        def row(items: list[tuple[str, int]]) -> str:
+            return " + ".join(f"{w} {b / GB:.1f}" for w, b in items) + f" = {sum(b for _, b in items) / GB:.1f} GB"
+
+        text = f"GPU {self.gpu} ({self.total / GB:.1f} GB, {HEADROOM:.0%} usable): " + row(self.peak)
+        if self.rest != self.peak:
+            text += f"; while the learner rests: {row(self.rest)}"
+        return text
+
+
+def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, int]:
+    """Bytes one learner rank holds for one policy, by part."""
+    tr = cfg.train
+    n = shape.params
+    if tr.backend == "deepspeed" and tr.dtype == "bfloat16":
+        # bf16 weights for compute, fp32 gradient accumulation, fp32 master + two moments (ZeRO's split).
+        weights, grads, optim = 2 * n, 4 * n, 12 * n
+        stage = tr.zero_stage
+        optim //= ranks if stage >= 1 else 1
+        grads //= ranks if stage >= 2 else 1
+        weights //= ranks if stage >= 3 else 1
+    else:
+        # fp32 master weights (bf16 only in compute), fp32 gradients, AdamW's two fp32 moments.
+        weights, grads, optim = 4 * n, 4 * n, 8 * n
+        if tr.backend == "deepspeed":
+            optim //= ranks if tr.zero_stage >= 1 else 1
+            grads //= ranks if tr.zero_stage >= 2 else 1
+            weights //= ranks if tr.zero_stage >= 3 else 1
+    compute = _DTYPE_BYTES[tr.dtype]
+    tokens = tr.micro_batch_tokens
+    per_layer = 8 * shape.hidden + 4 * shape.intermediate
+    if getattr(tr, "gradient_checkpointing", False):
+        acts = tokens * compute * (shape.layers * shape.hidden + per_layer)
+    else:
+        acts = tokens * compute * shape.layers * per_layer
+    parts = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts}
+    if tr.kl_coef:
+        parts["kl_reference"] = compute * n
+    return parts
+
+
+def torch_engine_bytes(shape: ModelShape, cfg: RunConfig) -> int:
+    """Weights in the rollout dtype and the KV cache of one generate call of a unit."""
+    ro = cfg.rollout
+    size = _DTYPE_BYTES[getattr(ro, "dtype", None) or cfg.train.dtype]
+    seqs = ro.envs_per_unit * ro.k
+    kv = seqs * (ro.max_prompt_tokens + ro.max_new_tokens) * shape.layers * 2 * shape.kv_dim * size
+    return shape.params * size + kv
+
+
+def _learner_gpus(cfg: RunConfig) -> list[int]:
+    if cfg.launch.learner_devices:
+        return list(cfg.launch.learner_devices)
+    _, _, index = cfg.train.device.partition(":")
+    return [int(index) if index else 0]
+
+
+def _actor_gpus(cfg: RunConfig) -> list[int]:
+    if cfg.launch.actor_devices:
+        return list(cfg.launch.actor_devices)
+    _, _, index = cfg.rollout.device.partition(":")
+    return [int(index) if index else 0] * cfg.launch.actors
+
+
+def colocated(cfg: RunConfig) -> bool:
+    """Some actor computes on a GPU a learner rank uses."""
+    if not (cfg.train.device.startswith("cuda") and cfg.rollout.device.startswith("cuda")):
+        return False
+    return bool(set(_actor_gpus(cfg)) & set(_learner_gpus(cfg)))
+
+
+def plan(cfg: RunConfig, shapes: dict[str, ModelShape], gpu_bytes: int) -> list[GpuLoad]:
+    """Every GPU's load; raises `PlacementError` naming the numbers when one does not fit or the
+    schedule cannot share a GPU."""
+    on_gpu_learner = cfg.train.device.startswith("cuda")
+    on_gpu_actors = cfg.rollout.device.startswith("cuda")
+    if colocated(cfg) and (cfg.train.max_staleness > 0 or cfg.train.streaming):
+        raise PlacementError(
+            "an actor shares a GPU with the learner (colocated), which needs the alternating schedule: "
+            "set train.streaming = false and train.max_staleness = 0, or give the actors their own GPUs "
+            "(launch.actor_devices)"
+        )
+    loads: dict[int, GpuLoad] = {}
+
+    def load(gpu: int) -> GpuLoad:
+        return loads.setdefault(gpu, GpuLoad(gpu, gpu_bytes))
+
+    if on_gpu_learner:
+        gpus = _learner_gpus(cfg)
+        for g in gpus:
+            ld = load(g)
+            ld.peak.append(("learner context", CONTEXT_BYTES))
+            ld.rest.append(("learner context", CONTEXT_BYTES))
+            for p, shape in sorted(shapes.items()):
+                parts = learner_parts(shape, cfg, len(gpus))
+                ld.peak.append((f"learner {p}", sum(parts.values())))
+                ld.rest.append((f"learner {p} at rest", sum(v for k, v in parts.items() if k not in ("activations", "gradients"))))
+    if on_gpu_actors:
+        sleeps = cfg.rollout.engine == "vllm" and cfg.rollout.vllm_sleep_when_idle
+        for i, g in enumerate(_actor_gpus(cfg)):
+            ld = load(g)
+            if cfg.rollout.engine == "vllm":
+                engine = int(cfg.rollout.vllm_gpu_memory_utilization * gpu_bytes)
+            else:
+                engine = sum(torch_engine_bytes(s, cfg) for s in shapes.values())
+            ld.rest.append((f"actor{i}", CONTEXT_BYTES + engine))
+            ld.peak.append((f"actor{i}", CONTEXT_BYTES + (0 if sleeps else engine)))
+    over = [ld for ld in loads.values() if ld.need() > HEADROOM * ld.total]
+    if over:
+        raise PlacementError(
+            "the GPU plan does not fit: " + "; ".join(ld.describe() for ld in over)
+            + ". Lower rollout.vllm_gpu_memory_utilization or train.micro_batch_tokens, set "
+            "train.gradient_checkpointing, use DeepSpeed ZeRO over more learner GPUs, or give the actors "
+            "their own GPUs (launch.actor_devices)"
+        )
+    return sorted(loads.values(), key=lambda ld: ld.gpu)
+
+
+def model_shapes(cfg: RunConfig) -> dict[str, ModelShape]:
+    """Each policy's shape from its model folder's config.json, or from the tiny spec."""
+    from atgrpo.paths import source_model_dir
+
+    out = {}
+    for p, pc in cfg.policies.items():
+        source = source_model_dir(cfg, p)
+        if source is not None:
+            out[p] = ModelShape.from_hf_config(json.loads((Path(source) / "config.json").read_text()))
+        else:
+            t = pc.tiny
+            out[p] = ModelShape.from_hf_config({
+                "hidden_size": t.hidden_size, "num_hidden_layers": t.num_layers, "intermediate_size": t.intermediate_size,
+                "vocab_size": 128, "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads,
+                "tie_word_embeddings": True,
+            })
+    return out
+
+
+def gpu_memory_bytes(cfg: RunConfig) -> int:
+    """One GPU's memory: `launch.gpu_memory_gb`, else what CUDA reports for the first visible GPU."""
+    if cfg.launch.gpu_memory_gb is not None:
+        return int(cfg.launch.gpu_memory_gb * GB)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PlacementError(
+            "the config places processes on cuda, but this host sees no GPU "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); set launch.gpu_memory_gb to plan anyway"
+        )
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def check_plan(cfg: RunConfig) -> list[GpuLoad]:
+    """The plan of `cfg` (empty when nothing runs on a GPU); raises `PlacementError` when it does not fit."""
+    if not (cfg.train.device.startswith("cuda") or cfg.rollout.device.startswith("cuda")):
+        return []
+    return plan(cfg, model_shapes(cfg), gpu_memory_bytes(cfg))
+
+
+__all__ = ["GpuLoad", "ModelShape", "check_plan", "colocated", "learner_parts", "model_shapes", "plan"]
