@@ -1,0 +1,133 @@
+"""GPU placement on a CPU machine: device resolution, the memory plan and its refusals, the
+children's CUDA_VISIBLE_DEVICES, and the engines' sequence budget. CUDA facts are stand-ins."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from atgrpo.config import load_config
+from atgrpo.devices import collective_backend, collective_device, resolve_device
+from atgrpo.engines.factory import sequence_budget
+from atgrpo.errors import PlacementError
+from atgrpo.launch.gpu_plan import GB, ModelShape, colocated, learner_parts, plan
+from atgrpo.launch.local import child_env, learner_command
+from atgrpo.models.folder import ModelFacts
+
+QWEN3_1_7B = {  # config.json of Qwen3-1.7B (dense; 2.03B parameters with the untied head counted once)
+    "hidden_size": 2048, "num_hidden_layers": 28, "intermediate_size": 6144, "vocab_size": 151936,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+}
+
+
+def _gpus(monkeypatch, n: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+
+
+def test_cuda_follows_the_local_rank_and_cpu_stays_on_gloo(monkeypatch):
+    _gpus(monkeypatch, 4)
+    assert resolve_device("cuda", local_rank=2, world_size=4) == torch.device("cuda", 2)
+    assert resolve_device("cuda:3") == torch.device("cuda", 3)
+    cpu = resolve_device("cpu", local_rank=1, world_size=2)
+    assert cpu == torch.device("cpu") and collective_backend(cpu) == "gloo"  # a GPU host does not change it
+    assert collective_backend(torch.device("cuda", 1)) == "nccl"
+    assert collective_device(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert collective_device(torch.device("meta")) == torch.device("cpu")
+
+
+def test_a_gpu_that_is_not_there_or_shared_by_every_rank_is_refused(monkeypatch):
+    _gpus(monkeypatch, 2)
+    with pytest.raises(PlacementError, match="all 2 ranks on GPU 1"):
+        resolve_device("cuda:1", local_rank=0, world_size=2)
+    with pytest.raises(PlacementError, match="needs GPU 2 .* sees 2 GPU"):
+        resolve_device("cuda", local_rank=2, world_size=3)
+    _gpus(monkeypatch, 0)
+    with pytest.raises(PlacementError, match="sees 0 GPU"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="train.device"):
+        load_config(None, ["train.device='gpu0'"])
+
+
+def test_model_shape_counts_the_parameters_of_a_real_config(smollm2):
+    config = json.loads((smollm2 / "config.json").read_text())
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        real = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2))
+    want = sum(p.numel() for p in real.parameters())
+    assert ModelShape.from_hf_config(config).params == want
+
+
+def test_learner_parts_follow_the_backend_and_zero_stage():
+    shape = ModelShape.from_hf_config(QWEN3_1_7B)
+    n = shape.params
+    torch_parts = learner_parts(shape, load_config(None, ["train.dtype='bfloat16'"]), ranks=8)
+    assert (torch_parts["weights"], torch_parts["gradients"], torch_parts["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    z3 = learner_parts(shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=3",
+                                                 "train.dtype='bfloat16'"]), ranks=8)
+    assert (z3["weights"], z3["gradients"], z3["optimizer"]) == (2 * n // 8, 4 * n // 8, 12 * n // 8)
+    z1 = learner_parts(shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=1",
+                                                 "train.dtype='bfloat16'"]), ranks=8)
+    assert (z1["weights"], z1["gradients"], z1["optimizer"]) == (2 * n, 4 * n, 12 * n // 8)
+
+
+def _cfg(*overrides: str):
+    base = ["train.device='cuda'", "rollout.device='cuda'", "rollout.engine='vllm'"]
+    return load_config(None, [*base, *overrides])
+
+
+def test_two_actors_on_one_gpu_are_refused_with_the_numbers():
+    cfg = _cfg("launch.learner_devices=[0]", "launch.actor_devices=[1, 1]")
+    shapes = {"shared": ModelShape.from_hf_config(QWEN3_1_7B)}
+    with pytest.raises(PlacementError) as err:
+        plan(cfg, shapes, int(80 * GB))
+    text = str(err.value)
+    assert "GPU 1 (80.0 GB" in text and "actor0 65.0 + actor1 65.0" in text and "vllm_gpu_memory_utilization" in text
+    loads = plan(_cfg("launch.learner_devices=[0]", "launch.actor_devices=[1, 1]",
+                      "rollout.vllm_gpu_memory_utilization=0.4"), shapes, int(80 * GB))
+    assert [ld.gpu for ld in loads] == [0, 1]
+
+
+def test_colocated_needs_the_alternating_schedule_and_sleep_makes_room():
+    shapes = {"shared": ModelShape.from_hf_config(QWEN3_1_7B)}
+    one_gpu = ["launch.learner_devices=[0]", "launch.actor_devices=[0]", "train.dtype='bfloat16'",
+               "train.micro_batch_tokens=8192"]
+    assert colocated(_cfg(*one_gpu))
+    with pytest.raises(PlacementError, match="streaming = false"):
+        plan(_cfg(*one_gpu), shapes, int(80 * GB))
+    alternating = [*one_gpu, "train.streaming=false", "rollout.vllm_gpu_memory_utilization=0.4"]
+    with pytest.raises(PlacementError, match="does not fit"):
+        plan(_cfg(*alternating), shapes, int(80 * GB))  # learner at its peak beside an awake engine
+    (load,) = plan(_cfg(*alternating, "rollout.vllm_sleep_when_idle=true"), shapes, int(80 * GB))
+    assert load.need() <= 0.95 * 80 * GB
+    assert not colocated(_cfg("launch.learner_devices=[0]", "launch.actor_devices=[1]"))
+
+
+def test_children_see_their_gpus_numbered_as_the_host_does(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert child_env([2, 3])["CUDA_VISIBLE_DEVICES"] == "2,3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert child_env([1])["CUDA_VISIBLE_DEVICES"] == "5"
+    assert child_env([])["CUDA_VISIBLE_DEVICES"] == "4,5,6"
+    with pytest.raises(PlacementError, match="sees 3"):
+        child_env([3])
+    cmd = ["python", "-m", "atgrpo.cli.learner", "cfg.toml"]
+    assert learner_command(cmd, 1) == cmd
+    assert learner_command(cmd, 4)[:5] == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+
+
+def test_actor_devices_set_the_number_of_actors():
+    assert load_config(None, ["launch.actor_devices=[1, 2, 3]"]).launch.actors == 3
+    with pytest.raises(ValueError, match="actor_devices lists 2"):
+        load_config(None, ["launch.actors=3", "launch.actor_devices=[1, 2]"])
+
+
+def test_engines_hold_the_task_budget_not_the_whole_context():
+    facts = ModelFacts(stop_token_ids=(1,), pad_token_id=0, context_length=40960)
+    ro = load_config(None, ["rollout.max_prompt_tokens=3000", "rollout.max_new_tokens=1000"]).rollout
+    assert sequence_budget(facts, ro) == 4000
+    small = ModelFacts(stop_token_ids=(1,), pad_token_id=0, context_length=2048)
+    assert sequence_budget(small, ro) == 2048
