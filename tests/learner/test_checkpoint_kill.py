@@ -1,6 +1,7 @@
 """A learner SIGKILLed in the middle of a checkpoint write (issue 13, fault suite): `latest` still names
 the previous complete checkpoint, which loads with its weights, and the resumed run writes the same
-step again over the half-written folder.
+step again over the half-written folder. Killed in the middle of removing an old checkpoint
+(retention, issue 18): `latest` loads, and the resumed run's next checkpoint finishes the removal.
 
 A child process stands for the learner: it writes checkpoint 1, changes its weights (a stand-in for a
 training step) and starts checkpoint 2, in which a patched writer leaves half a file (or, for the
@@ -82,6 +83,44 @@ trainer.checkpoint(Path(out) / "checkpoints", RunState(2, {"shared": 2}, 0.5), r
 print("finished", flush=True)
 """
 
+PRUNE_CHILD = r"""
+import os, sys, time
+from pathlib import Path
+
+import torch
+
+from atgrpo.config import load_config
+from atgrpo.learner import retention
+from atgrpo.learner.checkpoints import RunState
+from atgrpo.learner.trainer import Trainer
+
+out, model_dir, _ = sys.argv[1:4]
+cfg = load_config(None, [f'run.out_dir="{out}"', f'policies.shared.path="{model_dir}"', "run.keep_checkpoints=1"])
+trainer = Trainer(cfg)
+
+
+def bump():
+    with torch.no_grad():
+        for p in trainer.backends["shared"].model.parameters():
+            p.add_(1.0)
+
+
+def half_rmtree(path, *args, **kwargs):  # half of the files gone, then killed
+    files = sorted(f for f in Path(path).rglob("*") if f.is_file())
+    for f in files[: len(files) // 2]:
+        f.unlink()
+    print("removing", flush=True)
+    time.sleep(600)
+
+
+bump()
+trainer.checkpoint(Path(out) / "checkpoints", RunState(1, {"shared": 1}, 0.5), rank0=True)
+bump()
+retention.shutil.rmtree = half_rmtree
+trainer.checkpoint(Path(out) / "checkpoints", RunState(2, {"shared": 2}, 0.5), rank0=True)
+print("finished", flush=True)
+"""
+
 
 def bump(trainer: Trainer) -> None:
     """What the child does between checkpoints: every weight + 1."""
@@ -100,19 +139,19 @@ def assert_weights(got: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor],
         assert torch.equal(got[k], want), k
 
 
-def kill_mid_write(out: Path, model_dir: Path, point: str, log: Path) -> None:
+def kill_mid_write(out: Path, model_dir: Path, point: str, log: Path, script: str = CHILD, says: str = "writing") -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(atgrpo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     with log.open("w") as err:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(model_dir), point], stdout=subprocess.PIPE,
+        child = subprocess.Popen([sys.executable, "-c", script, str(out), str(model_dir), point], stdout=subprocess.PIPE,
                                  stderr=err, text=True, env=env)
         try:
             assert child.stdout is not None
             deadline = time.monotonic() + 180
             line = ""  # other lines may come first (libraries print to stdout)
-            while line not in ("writing\n", "exited") and time.monotonic() < deadline:
+            while line not in (f"{says}\n", "exited") and time.monotonic() < deadline:
                 if select.select([child.stdout], [], [], 1.0)[0]:
                     line = child.stdout.readline() or "exited"
-            assert line == "writing\n", f"child: {line!r}\n{log.read_text()[-3000:]}"
+            assert line == f"{says}\n", f"child: {line!r}\n{log.read_text()[-3000:]}"
             child.send_signal(signal.SIGKILL)
             assert child.wait(timeout=30) == -signal.SIGKILL
         finally:
@@ -154,3 +193,28 @@ def test_a_learner_killed_mid_checkpoint_resumes_from_the_previous_one(tmp_path:
     assert again.load(latest_checkpoint(root)) == RunState(2, {"shared": 2}, 0.5)
     assert_weights(again.backends["shared"].export_weights(), fresh, 2)
     assert_weights(load_model(root / "latest" / "shared" / "model").state_dict(), fresh, 2)
+
+
+def test_a_learner_killed_mid_removal_resumes_and_the_next_checkpoint_finishes_it(tmp_path: Path) -> None:
+    """`run.keep_checkpoints = 1`: killed while deleting checkpoint 1 once checkpoint 2 is complete."""
+    out, model_dir = tmp_path / "run", tmp_path / "model"
+    cfg = load_config(None, [f'run.out_dir="{out}"', f'policies.shared.path="{model_dir}"', "run.keep_checkpoints=1"])
+    build_tiny_model(cfg.policies["shared"].tiny, model_dir)
+    kill_mid_write(out, model_dir, "", tmp_path / "child.log", script=PRUNE_CHILD, says="removing")
+
+    root = out / "checkpoints"
+    first, second = step_folder(root, 1), step_folder(root, 2)
+    leftover = root / f".{first.name}.deleting"
+    assert sorted(p.name for p in root.iterdir()) == [leftover.name, "latest", second.name]
+    assert any(leftover.rglob("*")) and latest_checkpoint(root) == second
+
+    # The latest checkpoint loads whole; the resumed run's next checkpoint removes the leftover and step 2.
+    trainer = Trainer(cfg)
+    fresh = trainer.backends["shared"].export_weights()
+    assert trainer.load(latest_checkpoint(root)) == RunState(2, {"shared": 2}, 0.5)
+    assert_weights(trainer.backends["shared"].export_weights(), fresh, 2)
+    assert_weights(load_model(root / "latest" / "shared" / "model").state_dict(), fresh, 2)
+    bump(trainer)
+    third = trainer.checkpoint(root, RunState(3, {"shared": 3}, 0.5), rank0=True)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", third.name]
+    assert Trainer(cfg).load(latest_checkpoint(root)) == RunState(3, {"shared": 3}, 0.5)

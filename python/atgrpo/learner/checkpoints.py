@@ -3,11 +3,22 @@
 Layout under `out_dir/checkpoints/`:
 - `step_<n>/<policy>/` the backend's model and optimizer state (every rank writes its part), and
   `<policy>/model/` the weights as an HF folder that `atgrpo-eval`, transformers and vLLM load.
-- `step_<n>/state.json` step, versions, the step-0 evaluation; `step_<n>/rng.pt` the Python, numpy
-  and torch RNG states of rank 0.
+- `step_<n>/state.json` step, versions, the step-0 evaluation; `step_<n>/rng.pt` the Python, numpy,
+  torch CPU and (where this process uses CUDA) per-device CUDA RNG states of rank 0.
+- `step_<n>/COMPLETE` written once every rank's part is on disk, just before `latest` moves to it;
+  `step_<n>/KEEP` (made by the user) exempts it from retention (`learner.retention`).
 - `latest` a relative symlink to the newest complete `step_<n>`, replaced atomically once everything
   else of that checkpoint is written, so `checkpoints/latest/<policy>/model` is a usable path and a
   crash mid-write leaves the previous checkpoint current.
+- `.step_<n>.deleting` a checkpoint being removed by retention (never a checkpoint any more).
+
+CUDA RNG states: saved and restored only in a process where CUDA is available and initialised (a
+learner on `cuda` has initialised it before any checkpoint is read or written; a CPU learner on a
+GPU host never creates a CUDA context for this). A checkpoint written without CUDA loads with CUDA
+and leaves the CUDA generators as seeded; one written with CUDA loads without it, ignoring them.
+Where the device count differs, device i gets the saved state i for the devices both have, the
+others keep their seeds, and a warning says the resume is not bit-exact (placement is a resumable
+change, so refusing would strand the run).
 
 `out_dir/config.toml` is the resolved config of the run. A resumed run compares its config with it
 and refuses to go on with a different one (`ConfigChangedError`) unless the difference is in the
@@ -17,6 +28,7 @@ schedule and plumbing (`RESUMABLE_CHANGES`) or `run.allow_config_change` is set.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 from dataclasses import dataclass
@@ -30,11 +42,18 @@ from atgrpo.config import RunConfig, dump_config, load_config
 from atgrpo.errors import ConfigChangedError
 from atgrpo.models.folder import copy_model_files
 
+log = logging.getLogger("atgrpo.learner")
+
 LATEST = "latest"
+COMPLETE = "COMPLETE"
+"""File inside `step_<n>/`: every rank's part of the checkpoint is on disk (`mark_latest` writes it)."""
+KEEP = "KEEP"
+"""File inside `step_<n>/`, made by the user: retention never removes this checkpoint."""
 RESUMABLE_CHANGES = ("run.steps", "run.time_limit_s", "run.eval_every", "run.checkpoint_every", "run.resume",
-                     "run.allow_config_change", "train.streaming", "launch.", "metrics.", "transport.")
-"""Config keys (or section prefixes) a resumed run may change: how long and where it runs, not what
-it learns (streaming trains the same update as the batch path)."""
+                     "run.allow_config_change", "run.keep_checkpoints", "run.keep_checkpoint_steps",
+                     "train.streaming", "launch.", "metrics.", "transport.")
+"""Config keys (or section prefixes) a resumed run may change: how long and where it runs and what
+it keeps on disk, not what it learns (streaming trains the same update as the batch path)."""
 
 
 @dataclass
@@ -64,20 +83,27 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
 
 
 def mark_latest(folder: Path) -> None:
-    """Point `latest` at `folder` atomically (a new link renamed over the old one)."""
+    """Mark `folder` complete, then point `latest` at it atomically (a new link renamed over the old one)."""
+    (folder / COMPLETE).touch()
     tmp = folder.parent / f".{LATEST}.tmp"
     tmp.unlink(missing_ok=True)
     os.symlink(folder.name, tmp)
     os.replace(tmp, folder.parent / LATEST)
 
 
+def mark_incomplete(folder: Path) -> None:
+    """Rank 0, before a step is written again (after a resume): until `mark_latest`, the folder is not
+    a complete checkpoint, whatever an earlier write of it left."""
+    (folder / COMPLETE).unlink(missing_ok=True)
+
+
 def write_state(folder: Path, state: RunState) -> None:
     """Rank 0: the run state and RNG states, beside the backends' checkpoint in `folder`."""
     (folder / "state.json").write_text(json.dumps({"step": state.step, "versions": state.versions, "eval_start": state.eval_start}))
-    torch.save(
-        {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()},
-        folder / "rng.pt",
-    )
+    rng: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}
+    if _uses_cuda():
+        rng["cuda"] = torch.cuda.get_rng_state_all()  # CPU byte tensors, one per visible device
+    torch.save(rng, folder / "rng.pt")
 
 
 def read_state(folder: Path) -> RunState:
@@ -90,7 +116,30 @@ def read_state(folder: Path) -> RunState:
         torch.random.set_rng_state(rng["torch"])
     else:  # checkpoints written before the Python and numpy states were restorable
         torch.random.set_rng_state(rng["torch_rng"])
+    _restore_cuda_rng(rng.get("cuda"), folder)
     return RunState(int(data["step"]), {p: int(v) for p, v in data["versions"].items()}, data.get("eval_start"))
+
+
+def _uses_cuda() -> bool:
+    """CUDA is here and this process has initialised it (asking for its RNG states otherwise would
+    create a CUDA context on every visible device)."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _restore_cuda_rng(states: list[torch.Tensor] | None, folder: Path) -> None:
+    """The CUDA part of `read_state` (the rules are in the module docstring)."""
+    if not _uses_cuda():
+        if states:
+            log.info("%s holds CUDA RNG states; this process does not use CUDA, so they are not restored", folder)
+        return
+    if not states:
+        log.info("%s was written without CUDA: the CUDA RNGs keep their seeds", folder)
+        return
+    count = torch.cuda.device_count()
+    if len(states) != count:
+        log.warning("%s holds CUDA RNG states of %d devices, this process sees %d: the first %d are restored, "
+                    "so this resume is not bit-exact", folder, len(states), count, min(count, len(states)))
+    torch.cuda.set_rng_state_all(states[:count])
 
 
 def _as_tuples(value: Any) -> Any:
@@ -160,6 +209,6 @@ def check_and_write_config(cfg: RunConfig, out: Path, resuming: bool) -> None:
 
 
 __all__ = [
-    "RunState", "check_and_write_config", "config_changes", "export_model_folder", "latest_checkpoint", "mark_latest",
-    "read_state", "step_folder", "write_state",
+    "COMPLETE", "KEEP", "RunState", "check_and_write_config", "config_changes", "export_model_folder",
+    "latest_checkpoint", "mark_incomplete", "mark_latest", "read_state", "step_folder", "write_state",
 ]

@@ -24,8 +24,9 @@ from atgrpo.config import RunConfig
 from atgrpo.learner.backends import LearnerBackend, make_backend
 from atgrpo.errors import CheckpointWriteError
 from atgrpo.learner.checkpoints import (
-    RunState, export_model_folder, latest_checkpoint, mark_latest, read_state, step_folder, write_state,
+    RunState, export_model_folder, latest_checkpoint, mark_incomplete, mark_latest, read_state, step_folder, write_state,
 )
+from atgrpo.learner.retention import prune_checkpoints
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.packing import OptimizerStep, RankPlan
 from atgrpo.models.folder import load_model, load_tokenizer
@@ -122,11 +123,15 @@ class Trainer:
             write_state(folder, state)
 
     def checkpoint(self, root: Path, state: RunState, *, rank0: bool, extra: dict[str, bytes] | None = None) -> Path:
-        """Every rank: write checkpoint `root/step_<n>` and (rank 0) mark it the latest once complete.
-        A failed write removes the half-written folder and raises `CheckpointWriteError`; the
-        previous checkpoint stays the latest and loadable."""
+        """Every rank: write checkpoint `root/step_<n>`; rank 0 marks it complete and the latest once
+        every rank's part is on disk, then removes the checkpoints past `run.keep_checkpoints`
+        (`learner.retention`). A failed write removes the half-written folder and raises
+        `CheckpointWriteError`; the previous checkpoint stays the latest and loadable. A failed
+        removal is logged, not raised: the new checkpoint is complete, and the next one retries."""
         folder = step_folder(root, state.step)
         try:
+            if rank0:
+                mark_incomplete(folder)  # a step written again after a resume is not complete until marked anew
             self.save(folder, state if rank0 else None, extra if rank0 else None)
             if self.world > 1:
                 dist.barrier()  # every rank's part is on disk before the checkpoint is marked complete
@@ -138,6 +143,15 @@ class Trainer:
                 f"could not write checkpoint {folder}: {exc}; the latest complete checkpoint is still "
                 f"{latest_checkpoint(root) or 'none'}"
             ) from exc
+        if rank0:  # after the barrier and the mark: every removal has a newer complete checkpoint
+            run = self.cfg.run
+            try:
+                removed = prune_checkpoints(root, run.keep_checkpoints, run.keep_checkpoint_steps)
+            except OSError as exc:
+                log.error("could not remove old checkpoints under %s (retried at the next checkpoint): %s", root, exc)
+            else:
+                if removed:
+                    log.info("removed checkpoints %s (run.keep_checkpoints = %d)", ", ".join(removed), run.keep_checkpoints)
         return folder
 
     def load(self, folder: Path) -> RunState:
