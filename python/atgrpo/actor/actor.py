@@ -3,12 +3,14 @@
 One actor process holds one rollout engine per policy it serves and runs one unit at a time. It never
 trains and never decides versions: a `WorkUnit` names the version of every policy, and the actor
 fetches those weights (pull: an actor that joined late or missed a publish just asks) before it
-generates a single token. Every hub round trip has a timeout (`transport.request_timeout_s`); when it
-passes, the hub is taken as gone: the actor drops the unit in hand and says Hello again with backoff
+generates a single token. Every hub round trip has a stall clock (`transport.request_timeout_s`:
+for weights, per chunk, so a reply of any size arrives as long as it keeps coming, and the hub
+keeps the unit leased while it does); when it passes, the hub is taken as gone: the actor drops the unit in hand and says Hello again with backoff
 (a restarted learner resumes on the same address) for up to `transport.reconnect_s`, then exits with
-an error naming what it waited for instead of hanging. An actor too
-slow for its lease (`transport.unit_timeout_s`) finds its next batch of the unit refused: it drops
-that unit (the hub has given it to another actor) and asks for the next one.
+an error naming what it waited for instead of hanging. An actor that
+makes no progress for its lease (`transport.unit_timeout_s` without a batch, a weights request or
+weights arriving) finds its next batch of the unit refused: it drops that unit (the hub has given it
+to another actor) and asks for the next one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import msgspec
 import torch
 
 from atgrpo.config import RunConfig
-from atgrpo.engines.factory import open_engine, training_sampling
+from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
 from atgrpo.errors.runtime import ActorError, UnitLost
 from atgrpo.messages import (
     PROTOCOL_VERSION,
@@ -56,7 +58,7 @@ RECONNECT_PROBE_S = 5.0
 
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
     engine, tokenizer = open_engine(
-        policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=cfg.train.dtype, version=-1,
+        policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=rollout_dtype(cfg), version=-1,
         engines_per_process=len(set(cfg.role_policy.values())),
     )
     return PolicyHandle(engine=engine, tokenizer=tokenizer)
@@ -153,6 +155,8 @@ class Actor:
                 log.info("%s: shutdown (%s)", self.actor_id, reply.reason)
                 return None
             if isinstance(reply, NoWork):
+                for handle in self.handles.values():
+                    handle.engine.sleep()  # the learner may be training on this GPU (colocated)
                 time.sleep(reply.retry_after_s)
                 continue
             if not isinstance(reply, WorkUnit):

@@ -196,11 +196,16 @@ class TransportSection(Section):
     endpoint: str = ""
     """Hub address, `tcp://host:port` or `ipc:///path`. Empty: ipc in a private directory under out_dir."""
     request_timeout_s: float = Field(default=60.0, gt=0.0)
-    """Seconds an actor waits for any answer from the hub before it gives up with an error."""
+    """Stall clock of an actor's requests: seconds it waits for the hub's answer, and for each next
+    chunk of a weights reply (never for a whole transfer), before it gives up with an error naming
+    what it awaited. The largest chunk (at least the largest tensor) must cross the wire within it."""
     unit_timeout_s: float = Field(default=120.0, gt=0.0)
-    """Seconds after which a handed-out unit that has not finished is reassigned (its actor presumed dead)."""
+    """Seconds without progress after which a handed-out unit is reassigned (its actor presumed dead).
+    Progress: a sample batch of the unit, a weights request of its actor, or a chunk of a weights
+    reply to it leaving the hub; so weights that take long but keep coming never cost the lease."""
     step_timeout_s: float = Field(default=1800.0, gt=0.0)
-    """Seconds without any sample after which the hub stops the run with an error."""
+    """Seconds without progress of a step (a sample, or weights reaching an actor that holds one of
+    its units) after which the hub stops the run with an error."""
     max_message_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     """Largest message an endpoint accepts, in bytes; larger ones are rejected undecoded."""
     reconnect_s: float = Field(default=120.0, ge=0.0)

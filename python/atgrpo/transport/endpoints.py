@@ -25,6 +25,18 @@ Protocol invariants (both sides rely on them):
   sending more than that without the hub ever seeing the message (that peer times out). The
   client applies its `max_message_bytes` to every frame it decodes (each chunk's header included);
   raw tensor frames are not bounded (a tensor is as large as it is).
+- Stall clocks measure progress, never a whole transfer: a reply's first message must come within
+  the client's timeout of the request, and each further chunk of a weights reply within the
+  timeout of the client starting to wait for it (after it checked the one before). A reply of any
+  size completes as long as its chunks keep coming; a peer that goes silent fails with a
+  `TransportTimeout` naming the policy, version and chunk awaited. The unit of progress is a chunk
+  (libzmq hands over a message only whole), so the largest chunk, at least the largest tensor,
+  must cross the wire within one timeout.
+- Send progress is observable: `send_weights` returns one `zmq.MessageTracker` per chunk, done
+  once libzmq has let go of the chunk's last frame, i.e. written it to the connection (the
+  receiver's libzmq reads ahead into its own queue, so over tcp and ipc this follows the wire) or
+  dropped it with a connection that closed. Over `inproc://` a chunk is done only once the
+  receiver frees it. The hub's leases use it (`learner/hub_weights.py`).
 - Hub sends never block: a peer that is gone or whose queue is full (ZMQ_SNDHWM) makes `send`
   return False and bump `transport/unroutable` or `transport/dropped_hwm`. A weights reply stops
   at the first chunk that cannot be sent; its peer then times out waiting for the rest (a reply
@@ -145,17 +157,24 @@ class HubEndpoint:
         """Reply to `peer_id`; False (and counted) if the peer is gone or its queue is full."""
         return self._send([peer_id, encode(msg)], what=kind_of(msg))
 
-    def send_weights(self, peer_id: bytes, messages: list[list[Any]]) -> bool:
+    def send_weights(self, peer_id: bytes, messages: list[list[Any]]) -> list[zmq.MessageTracker] | None:
         """Send a weights reply (`weights_to_messages(...)`: its chunk messages, back-to-back)
-        without copying the buffers; False (and counted once) if a chunk could not be sent, in
+        without copying the buffers. Returns one tracker per chunk, done once libzmq has let go of
+        that chunk (module docstring); None (and counted once) if a chunk could not be sent, in
         which case the rest are not sent either.
 
         The buffers must stay unmodified until libzmq has sent them (see `tensors.py`).
         """
+        trackers = []
         for frames in messages:
-            if not self._send([peer_id, *frames], what="weights"):
-                return False
-        return True
+            # The last frame is always zero-copy and tracked (pyzmq would copy one under 64 KiB and
+            # report it done at once): libzmq releases a message's frames in order, so its tracker
+            # says when the whole chunk has left.
+            last = zmq.Frame(frames[-1], copy=False, track=True)
+            if not self._send([peer_id, *frames[:-1], last], what="weights"):
+                return None
+            trackers.append(last.tracker)
+        return trackers
 
     def close(self) -> None:
         """Close the socket, dropping anything unsent (linger 0). Idempotent."""
@@ -263,15 +282,17 @@ class ActorClient:
         """Weights of `policy` at `version` (-1: newest). Tensors alias the received frames (no copy).
 
         The reply's chunks are checked one by one as they arrive (`WeightsAssembler`), while libzmq
-        receives the next; all of them must arrive within the one timeout. Returns the reply's
-        merged header (`WeightsAssembler.result`) and the tensors. Raises `UnexpectedReply` when
-        the hub answers anything but those weights (e.g. `Refused`), a `WeightsError` for a bad
-        chunk, `TransportTimeout` as `request` or when the reply stops before its last chunk
-        (naming the chunk awaited). Any error after the first chunk came resets the socket.
+        receives the next. `timeout_s` is a stall clock, not a bound on the transfer: the first
+        chunk must come within it of the request, and each further one within it of the client
+        waiting for it. Returns the reply's merged header (`WeightsAssembler.result`) and the
+        tensors. Raises `UnexpectedReply` when the hub answers anything but those weights (e.g.
+        `Refused`), a `WeightsError` for a bad chunk, `TransportTimeout` naming the policy, version
+        and chunk awaited when the reply stalls. Any error after the first chunk came resets the
+        socket.
         """
         timeout = self._timeout(timeout_s)
-        deadline = time.monotonic() + timeout
-        frames = self._exchange(WeightsRequest(actor_id=self.actor_id, policy=policy, version=version), timeout)
+        request = WeightsRequest(actor_id=self.actor_id, policy=policy, version=version)
+        frames = self._exchange(request, timeout, what=f"chunk 0 of the weights of {policy!r} v{version}")
         if len(frames) == 1:
             reply = decode(frames[0].buffer, max_bytes=self.max_message_bytes)
             if not isinstance(reply, WeightsHeader):
@@ -283,7 +304,7 @@ class ActorClient:
         held = [frames]
         try:
             while not got.add(frames):
-                frames = self._next_chunk(got, deadline, timeout)
+                frames = self._next_chunk(got, timeout)
                 held.append(frames)
         except BaseException:
             self._reset()  # the rest of the reply may still come: it must not answer the next request
@@ -336,21 +357,22 @@ class ActorClient:
     def _timeout(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else timeout_s
 
-    def _next_chunk(self, got: WeightsAssembler, deadline: float, timeout: float) -> list[zmq.Frame]:
+    def _next_chunk(self, got: WeightsAssembler, timeout: float) -> list[zmq.Frame]:
         """The next message of a weights reply whose first chunk `got` has; `TransportTimeout` if it
-        does not come by `deadline` (the caller resets the socket)."""
+        does not come within `timeout` s of now (the stall clock; the caller resets the socket)."""
         assert self._sock is not None and got.first is not None
-        wait_ms = max(0, round((deadline - time.monotonic()) * 1000))
-        if self._sock.poll(wait_ms, zmq.POLLIN):
+        if self._sock.poll(round(timeout * 1000), zmq.POLLIN):
             return self._sock.recv_multipart(copy=False)
         self.counters["transport/timeouts"] += 1
         raise TransportTimeout(
             f"weights of {got.first.policy!r} v{got.first.version} from hub at {self.address}: "
-            f"chunk {got.received} of {got.first.chunks} did not come within {timeout} s ({got.received} came)"
+            f"chunk {got.received} of {got.first.chunks} did not come within {timeout} s of the one before "
+            f"({got.received} came)"
         )
 
-    def _exchange(self, msg: Message, timeout: float) -> list[zmq.Frame]:
-        """Send `msg` and return the first message of its reply, within `timeout` seconds."""
+    def _exchange(self, msg: Message, timeout: float, *, what: str = "") -> list[zmq.Frame]:
+        """Send `msg` and return the first message of its reply, within `timeout` seconds; `what`
+        names that first message in the timeout's error (default: the reply)."""
         if self._sock is None:
             raise TransportClosed(f"actor {self.actor_id!r}: client to {self.address} is closed")
         sock = self._sock
@@ -372,7 +394,8 @@ class ActorClient:
         if sent:
             self._reset()
         why = "" if sent else " (never sent: no connection to the hub, or its queue is full)"
-        raise TransportTimeout(f"no reply to {kind_of(msg)} from hub at {self.address} within {timeout} s{why}")
+        awaited = f" ({what})" if what else ""
+        raise TransportTimeout(f"no reply to {kind_of(msg)}{awaited} from hub at {self.address} within {timeout} s{why}")
 
 
 def private_ipc_address(directory: str | os.PathLike[str]) -> str:
