@@ -8,6 +8,7 @@
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
     atgrpo-bench all --quick    # everything above, fewer repeats
     atgrpo-bench learning       # k=1 vs k=0 held-out success at equal wall time (20 min; not in `all`)
+    atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
 machines are shared, so read the ratios, not the absolute numbers.
@@ -30,8 +31,10 @@ SUITES = {
     "sandbox": "atgrpo.bench.sandbox",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
-LONG = {"learning": "atgrpo.bench.learning"}
-"""Suites that take many minutes: run only when named."""
+LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu"}
+"""Suites that take many minutes, or need a GPU: run only when named."""
+NOT_RUN = 2
+"""Exit status of a suite that cannot run on this machine (it prints why)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=[*SUITES, *LONG, "all"], help="what to measure")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (seconds, for smoke runs)")
     parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench-results/)")
+    parser.add_argument("--device", default="cuda", help="gpu suite: where to run the check (cuda, cuda:N or cpu)")
+    parser.add_argument("--no-vllm", action="store_true", help="gpu suite: leave the vLLM engine out")
     args = parser.parse_args(argv)
 
     # One core, as the targets are stated: keep BLAS/torch thread pools from skewing the references.
@@ -46,7 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     names = list(SUITES) if args.suite == "all" else [args.suite]
     rows: list[BenchRow] = []
     for name in names:
-        rows += importlib.import_module({**SUITES, **LONG}[name]).run(args.quick)
+        module = importlib.import_module({**SUITES, **LONG}[name])
+        if name != "gpu":
+            rows += module.run(args.quick)
+            continue
+        try:
+            rows += module.run(args.quick, device=args.device, vllm=not args.no_vllm)
+        except module.NotRun as exc:
+            print(f"atgrpo-bench gpu: not run: {exc}")
+            return NOT_RUN
     print_table(rows)
     path = args.json or Path("bench-results") / f"{args.suite}.json"
     write_json(rows, path)

@@ -206,6 +206,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
     if rank0 is not None and state.eval_start is None:  # a resumed run keeps the evaluation of its step 0
         state.eval_start = rank0.evaluate("start", state.step).success
     start = step_start = time.monotonic()
+    saved_step = state.step if state.step > 0 else None  # a resumed run's step is on disk already
     while state.step < cfg.run.steps:
         timed_out = cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s
         if broadcast_flag(stop.is_set() or timed_out, trainer.world):
@@ -233,8 +234,10 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
                 rank0.evaluate(f"step {state.step}", state.step)
         if cfg.run.checkpoint_every and state.step % cfg.run.checkpoint_every == 0:
             _save(cfg, trainer, state, rank0)
+            saved_step = state.step
         step_start = time.monotonic()
-    _save(cfg, trainer, state, rank0)
+    if saved_step != state.step:  # writing a step's checkpoint twice could only put the complete one at risk
+        _save(cfg, trainer, state, rank0)
     if rank0 is None:
         return None
     end = rank0.evaluate("end", state.step).success

@@ -1,0 +1,164 @@
+"""`atgrpo-bench gpu`: the check to run first on a machine with a GPU.
+
+On `cuda` (the default) it runs, on SmolLM2-135M when it is imported (`atgrpo-model smollm2`), else
+on the built tiny model, in fp32:
+- a rollout with the torch engine and one learner step (torch backend, one rank), the engine's
+  log-probabilities against the learner's on the same tokens (bound 1e-3), peak GPU memory;
+- two learner ranks over NCCL (`atgrpo.bench.gpu_ranks` under torchrun) when two GPUs are visible:
+  one step each on its own share, replicas compared by checksum;
+- the vLLM engine when vLLM is installed: the same mismatch, a weight reload, and its outputs
+  changing with the new weights.
+
+Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
+code on the CPU (that is how CI keeps it working); the GPU run itself has never been done here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from atgrpo.bench.report import BenchRow
+
+SUITE = "gpu"
+MISMATCH_BOUND = 1e-3
+TEMPERATURE = 0.7
+NEW_TOKENS = 32
+
+
+class NotRun(Exception):
+    """The check cannot run on this machine; the message says why."""
+
+
+def _model_folder(scratch: Path) -> tuple[Path, str]:
+    try:
+        from atgrpo.models.importer import smollm2_folder
+
+        return smollm2_folder(), "SmolLM2-135M-Instruct"
+    except Exception as exc:  # not imported here: the tiny model still checks every code path
+        from atgrpo.config import TinyModelSpec
+        from atgrpo.models.tiny import build_tiny_model
+
+        print(f"gpu check: SmolLM2 unavailable ({type(exc).__name__}: {exc}); using the built tiny model")
+        return build_tiny_model(TinyModelSpec(), scratch / "tiny"), "tiny"
+
+
+def _prompts(tok, n: int) -> list[list[int]]:
+    from atgrpo.workflows.prompts import encode_prompt
+
+    return [encode_prompt(tok, f"Count from {i} to {i + 5}, then say done.", chat=True) for i in range(n)]
+
+
+def _peak_gb(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
+
+
+def _learner_step(folder: Path, device: torch.device, prompts, outs, pad_id: int) -> dict[str, float]:
+    from atgrpo.config import TrainSection
+    from atgrpo.learner.backends import make_backend
+    from atgrpo.learner.batching import pair_microbatches
+    from atgrpo.learner.loss import LossConfig
+    from atgrpo.models.folder import load_model
+
+    model = load_model(folder, device=str(device))
+    backend = make_backend(model, TrainSection(device=str(device)), 1e-6, 0.0, LossConfig(temperature=TEMPERATURE))
+    mbs = pair_microbatches([(p, o.token_ids) for p, o in zip(prompts, outs)], max_tokens=8192, pad_id=pad_id)
+    metrics = backend.train_step(mbs, sum(mb.num_tokens for mb in mbs))
+    if not all(v == v for v in metrics.values()):
+        raise RuntimeError(f"learner step gave non-finite metrics: {metrics}")
+    return metrics
+
+
+def _mismatch(engine, model, prompts, pad_id: int) -> tuple[float, float, list]:
+    from atgrpo.engines.base import SamplingParams
+    from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
+
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE), seed=0)
+    mean, worst, _ = logprob_mismatch([o.logprobs for o in outs], learner_logprobs(model, prompts, outs, TEMPERATURE, pad_id))
+    return mean, worst, outs
+
+
+def _row(name: str, value: float, unit: str, *, bound: float | None = None, extra: dict | None = None) -> BenchRow:
+    if bound is None:
+        return BenchRow(SUITE, name, value, unit, "", float("nan"), extra=extra or {})
+    return BenchRow(SUITE, name, value, unit, "bound", bound, higher_is_better=False, target=f"<= {bound:g}",
+                    target_met=value <= bound, extra=extra or {})
+
+
+def _two_ranks(folder: Path) -> BenchRow:
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "atgrpo.bench.gpu_ranks", str(folder)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"two NCCL ranks failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return _row("two ranks over NCCL: one step, replicas equal", time.perf_counter() - start, "s",
+                extra={"output": done.stdout[-500:]})
+
+
+def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
+    from atgrpo.config import RolloutSection
+    from atgrpo.devices import resolve_device
+    from atgrpo.engines.factory import open_engine
+    from atgrpo.models.folder import load_model
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise NotRun(f"no CUDA device visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
+                     f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); run with --device cpu to check the code path")
+    dev = resolve_device(device, setting="--device")
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, name = _model_folder(Path(scratch))
+        n = 4 if quick else 16
+        engine, tok = open_engine(folder, RolloutSection(engine="torch", device=device), policy="check")
+        model = load_model(folder, device=str(dev)).eval()
+        prompts = _prompts(tok, n)
+        mean, worst, outs = _mismatch(engine, model, prompts, tok.pad_token_id)
+        rows.append(_row(f"torch engine vs learner mismatch ({name}, {dev})", mean, "mean |Δ|", bound=MISMATCH_BOUND,
+                         extra={"max": worst}))
+        metrics = _learner_step(folder, dev, prompts, outs, tok.pad_token_id)
+        rows.append(_row(f"learner step, torch backend ({dev})", metrics["loss"], "loss", extra=metrics))
+        rows.append(_row("peak GPU memory, rollout + learner step", _peak_gb(dev), "GB"))
+        if dev.type == "cuda" and torch.cuda.device_count() >= 2:
+            rows.append(_two_ranks(folder))
+        elif dev.type == "cuda":
+            print("gpu check: one GPU visible, the two-rank NCCL step was not run")
+        if vllm:
+            rows += _vllm_rows(folder, device, model, prompts, tok.pad_token_id, name)
+    return rows
+
+
+def _vllm_rows(folder: Path, device: str, model, prompts, pad_id: int, name: str) -> list[BenchRow]:
+    from atgrpo.config import RolloutSection
+    from atgrpo.engines.base import SamplingParams
+    from atgrpo.engines.errors import VllmUnavailableError
+    from atgrpo.engines.factory import open_engine
+
+    try:
+        engine, _ = open_engine(folder, RolloutSection(engine="vllm", device=device), policy="check")
+    except VllmUnavailableError as exc:
+        print(f"gpu check: vLLM not checked: {exc}")
+        return []
+    mean, worst, _ = _mismatch(engine, model, prompts, pad_id)
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
+    before = [o.token_ids for o in engine.generate(prompts, greedy)]
+    moved = {k: v.detach().cpu() + 0.02 * torch.randn_like(v.detach().cpu()) for k, v in model.state_dict().items()}
+    start = time.perf_counter()
+    engine.load_weights(1, moved)
+    reload_s = time.perf_counter() - start
+    changed = sum(a != o.token_ids for a, o in zip(before, engine.generate(prompts, greedy)))
+    if not changed:
+        raise RuntimeError("vLLM gave the same greedy outputs after new weights were loaded")
+    return [
+        _row(f"vLLM engine vs learner mismatch ({name}, {device})", mean, "mean |Δ|", bound=MISMATCH_BOUND, extra={"max": worst}),
+        _row("vLLM weight reload", reload_s, "s", extra={"prompts_changed": changed}),
+    ]
+
+
+__all__ = ["NotRun", "run"]

@@ -1,0 +1,39 @@
+"""`atgrpo-bench gpu` where there is no GPU: it says why it did not run (exit 2), and its code path
+runs on the CPU (`--device cpu`): the single-rank check on SmolLM2 and the two-rank worker over gloo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from atgrpo.bench import cli, gpu
+from atgrpo.config import TinyModelSpec
+from atgrpo.models.tiny import build_tiny_model
+
+
+def test_without_cuda_it_says_why_and_exits_2(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["gpu", "--quick", "--json", str(tmp_path / "gpu.json")]) == cli.NOT_RUN
+    assert "not run: no CUDA device visible" in capsys.readouterr().out
+
+
+def test_the_check_runs_on_the_cpu(smollm2):
+    rows = {r.name.split(" (")[0]: r for r in gpu.run(quick=True, device="cpu", vllm=False)}
+    assert rows["torch engine vs learner mismatch"].target_met
+    step = rows["learner step, torch backend"]
+    assert step.extra["tokens"] > 0 and step.extra["grad_norm"] > 0
+
+
+@pytest.mark.parametrize("device", ["cpu"])
+def test_two_ranks_train_equal_replicas(tmp_path, device):
+    folder = build_tiny_model(TinyModelSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1), tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "atgrpo.bench.gpu_ranks", str(folder), "--device", device],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("checksums") == 2
