@@ -31,7 +31,8 @@ from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.packing import OptimizerStep, RankPlan
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.paths import policy_dir
-from atgrpo.transport.tensors import weights_checksum
+from atgrpo.devices import collective_device
+from atgrpo.learner.replicas import differing_tensors
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -90,21 +91,29 @@ class Trainer:
         return out
 
     def export(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, float]]:
-        """Every policy's full weights (a collective under ZeRO-3: every rank calls it), and with
-        several ranks `learner/<p>/replica_mismatch`: 1 when the ranks' weights differ (what actors
-        get is rank 0's; a diverged replica is also logged)."""
+        """Every rank calls it. Rank 0 gets every policy's full weights in host memory, to publish
+        (staged through pinned memory on a GPU, `LearnerBackend.host_copy`); the other ranks get {}
+        and copy nothing to the host, unless export is a collective (ZeRO-3: every rank gathers).
+        With several ranks also `learner/<p>/replica_mismatch`: 1 when the ranks' weights differ
+        (what actors get is rank 0's; a diverged replica is logged with the tensors that differ).
+        Ranks compare a fingerprint of their weights computed where the weights lie
+        (`replicas.differing_tensors`: on the GPU, one all_gather on the collective's device)."""
         weights, out = {}, {}
         for p, be in self.backends.items():
-            tensors = be.export_weights()
+            collective = be.export_is_collective
+            tensors = be.export_weights() if self.rank == 0 or collective else None
             if self.world > 1:
-                mine = torch.tensor([weights_checksum(tensors)], dtype=torch.int64)
-                every = [torch.zeros_like(mine) for _ in range(self.world)]
-                dist.all_gather(every, mine)
-                prints = [int(t.item()) for t in every]
-                out[f"learner/{p}/replica_mismatch"] = float(len(set(prints)) > 1)
-                if len(set(prints)) > 1:
-                    log.error("policy %s v%d: ranks hold different weights (crc32 per rank %s)", p, self.versions[p], prints)
-            weights[p] = tensors
+                # Every rank fingerprints the same thing: its replica where it lies, or under a
+                # collective export (no replicas, only shards) the gathered copy.
+                own = tensors if collective and tensors is not None else be.model.state_dict()
+                where = collective_device(next(be.model.parameters()).device)
+                differ = differing_tensors(own, where)
+                out[f"learner/{p}/replica_mismatch"] = float(bool(differ))
+                if differ:
+                    log.error("policy %s v%d: ranks hold different weights in %d tensors, e.g. %s", p,
+                              self.versions[p], len(differ), differ[:5])
+            if tensors is not None and self.rank == 0:
+                weights[p] = tensors
         return weights, out
 
     # -- checkpoints ---------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ before clipping) and `tokens` (`total_tokens`).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
+from atgrpo.learner.host_staging import HostStager
 from atgrpo.learner.logprobs import loss_inputs
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.learner.microbatch import MicroBatch
@@ -52,7 +53,23 @@ class LearnerBackend(abc.ABC):
 
     @abc.abstractmethod
     def export_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights as contiguous CPU tensors by HF parameter name (gathered under ZeRO-3)."""
+        """Full weights as contiguous CPU tensors by HF parameter name (gathered under ZeRO-3),
+        copied by `host_copy`."""
+
+    @property
+    def export_is_collective(self) -> bool:
+        """Whether `export_weights` is a collective every rank must call (ZeRO-3 gathers the
+        shards); False: only the rank that publishes calls it."""
+        return False
+
+    _host_stager: HostStager | None = None
+
+    def host_copy(self, tensors: Mapping[str, torch.Tensor], float_dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+        """Contiguous CPU copies of `tensors`, floating ones in `float_dtype`: through reused pinned
+        buffers where they lie on a GPU (`learner.host_staging`), a plain copy otherwise."""
+        if self._host_stager is None:
+            self._host_stager = HostStager()
+        return self._host_stager.to_host(tensors, float_dtype)
 
     @abc.abstractmethod
     def save_checkpoint(self, folder: Path) -> None:

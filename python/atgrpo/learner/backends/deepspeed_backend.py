@@ -252,10 +252,14 @@ class DeepSpeedBackend(LearnerBackend):
         sums = dict(zip(keys, self._all_reduce([sums[k] for k in keys])))
         return finish_metrics(sums, total_tokens, float(grad_norm) if grad_norm is not None else float("nan"))
 
+    @property
+    def export_is_collective(self) -> bool:
+        return self.zero_stage == 3
+
     def export_weights(self) -> dict[str, torch.Tensor]:
         def snapshot() -> dict[str, torch.Tensor]:
-            # clone: under ZeRO-3 the gathered storage is freed when the context exits
-            return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.model.state_dict().items()}
+            # copy: under ZeRO-3 the gathered storage is freed when the context exits
+            return self.host_copy(self.model.state_dict(), None)
 
         if self.zero_stage == 3:
             params = list(self.model.parameters())

@@ -47,7 +47,7 @@ class TorchBackend(LearnerBackend):
         return finish_metrics(self._take_sums(), total_tokens, grad_norm)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self.model.state_dict().items()}
+        return self.host_copy(self.model.state_dict(), None)
 
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
