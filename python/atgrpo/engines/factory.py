@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atgrpo.config import RolloutSection
+from atgrpo.config import RolloutSection, RunConfig
 from atgrpo.engines.base import RolloutEngine, SamplingParams
 from atgrpo.models.folder import load_model, load_tokenizer, model_facts
 
@@ -18,8 +18,9 @@ def open_engine(
     folder: str | Path, rollout: RolloutSection, *, policy: str, dtype: str = "float32", version: int = -1,
     engines_per_process: int = 1,
 ) -> tuple[RolloutEngine, object]:
-    """(engine, tokenizer) for `folder`. `engines_per_process` engines share the device's memory
-    (vLLM on a GPU: each takes its share of `rollout.vllm_gpu_memory_utilization`)."""
+    """(engine, tokenizer) for `folder`, in `dtype` (a run's: `rollout_dtype(cfg)`). `engines_per_process`
+    engines share the device's memory (vLLM on a GPU: each takes its share of
+    `rollout.vllm_gpu_memory_utilization`)."""
     tokenizer = load_tokenizer(folder)
     facts = model_facts(folder, tokenizer)
     if rollout.engine == "vllm":
@@ -41,9 +42,15 @@ def open_engine(
     return engine, tokenizer
 
 
+def rollout_dtype(cfg: RunConfig) -> str:
+    """The dtype a run's engines roll out in: `rollout.dtype`, or the learner's `train.dtype` when
+    unset. Engines cast published weights to it (the learner publishes in `train.dtype`)."""
+    return cfg.rollout.dtype or cfg.train.dtype
+
+
 def training_sampling(rollout: RolloutSection) -> SamplingParams:
     """How a run's rollouts sample (greedy units switch to argmax themselves)."""
     return SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
 
 
-__all__ = ["open_engine", "training_sampling"]
+__all__ = ["open_engine", "rollout_dtype", "training_sampling"]

@@ -12,8 +12,8 @@ Imported only when `rollout.engine = "vllm"`. What it guarantees, each tested on
   engine's do. Nucleus sampling (top_p < 1) is reported under the renormalised nucleus.
 - **No stale KV after a reload**: prefix caching stays on (the K samples of a group share a prompt),
   and the cache is reset with every weight load.
-- **The learner's precision** (`dtype` = `train.dtype`, never "auto", which downcasts fp32 on
-  GPUs) and **a share of the memory** per engine, so two policies' engines fit one actor.
+- **The run's rollout precision** (`dtype` = `rollout.dtype`, else `train.dtype`; never "auto",
+  which downcasts fp32 on GPUs) and **a share of the memory** per engine, so two policies' engines fit one actor.
 - Stop tokens, pad token and context length from the model's own files (`ModelFacts`).
 
 In-process, vLLM's CPU worker replaces `torch.set_num_threads` with a no-op (in its worker processes

@@ -61,7 +61,8 @@ class Trainer:
         self._busy_s = 0.0
         for p in self.policies:
             folder = policy_dir(cfg, p)
-            model = load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device)
+            # fp32: the master weights; train.dtype is the compute dtype (learner.backends.base)
+            model = load_model(folder, dtype="float32", device=cfg.train.device)
             self.pad_ids[p] = load_tokenizer(folder).pad_token_id
             pc = cfg.policies[p]
             self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))

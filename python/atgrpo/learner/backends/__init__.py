@@ -18,12 +18,15 @@ from atgrpo.learner.loss import LossConfig
 def make_backend(
     model: torch.nn.Module, cfg: TrainSection, policy_lr: float, weight_decay: float, loss_cfg: LossConfig
 ) -> LearnerBackend:
-    """A backend owning `model` (already loaded in `cfg.dtype` on its device) and a fresh AdamW.
+    """A backend owning `model` (loaded in fp32 on its device: the master weights) and a fresh
+    AdamW, computing in `cfg.dtype` (mixed precision under "bfloat16", `base`).
 
     With `cfg.backend == "deepspeed"` this is a collective: every rank of the job must call it.
     """
     if cfg.backend == "torch":
-        return TorchBackend(model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg)
+        return TorchBackend(
+            model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg, dtype=cfg.dtype,
+        )
     if cfg.backend == "deepspeed":
         from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
@@ -35,6 +38,7 @@ def make_backend(
             loss_cfg=loss_cfg,
             zero_stage=cfg.zero_stage,
             shared_prefix=cfg.share_prefix,
+            dtype=cfg.dtype,
         )
     raise ValueError(f"unknown learner backend {cfg.backend!r}")
 

@@ -16,11 +16,24 @@ ranks by the backend, so every rank ends the step with identical weights.
 Metrics returned by `finish_step` are the step's, flat: `loss`, `clip_frac`, `logprob_mismatch`,
 `is_weight` (each a `LossOutputs` sum over `total_tokens`), `grad_norm` (of the normalised gradient,
 before clipping) and `tokens` (`total_tokens`).
+
+Precision (`train.dtype`, the compute dtype): every backend keeps fp32 master weights and fp32
+optimizer state, accumulates gradients in fp32 and clips the fp32 gradient the update applies,
+whatever the compute dtype. "bfloat16" runs the forward and backward in bf16 (mixed precision); an
+update far below bf16's resolution (lr 1e-6 on weights ~0.03, whose bf16 spacing is ~1e-4) still
+moves the fp32 master. Models are handed over in fp32 (`Trainer` loads them so).
+`export_weights` returns the weights the compute uses: the fp32 master rounded to the compute
+dtype (bf16 under "bfloat16", the master itself under "float32"). Rollout engines cast them to
+`rollout.dtype` as they copy them in, so the learner and the actors may differ in dtype.
+
+Device: `accumulate` moves each micro-batch to the model's device (`MicroBatch.to`), the one place
+that does, so packers and wire decoders may hand over CPU tensors to a model on a GPU.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -83,6 +96,34 @@ class LearnerBackend(abc.ABC):
         return sums
 
 
+COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""`train.dtype` -> compute dtype. No float16: it would need loss scaling, which no backend does."""
+
+
+def compute_dtype(name: str) -> torch.dtype:
+    """The compute dtype a `train.dtype` value names; ValueError for any other."""
+    if name not in COMPUTE_DTYPES:
+        raise ValueError(f"learner compute dtype must be one of {sorted(COMPUTE_DTYPES)}, got {name!r}")
+    return COMPUTE_DTYPES[name]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Mixed-precision compute of fp32 parameters in `dtype` (torch.autocast: matmuls in bf16,
+    reductions and softmax in fp32; the gradients land in the parameters' fp32). Nothing for None
+    or fp32: the model computes in its own dtype."""
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def as_fp32_master(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with fp32 parameters: the master weights. A lower-precision model is cast up (exact:
+    bf16 and fp16 values are fp32 values), at the cost of a transient second copy; load in fp32 instead."""
+    if any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
+        model.to(torch.float32)
+    return model
+
+
 def accumulate(
     model: torch.nn.Module,
     micro_batches: list[MicroBatch],
@@ -90,11 +131,18 @@ def accumulate(
     backward: Callable[[torch.Tensor], None],
     sums: dict[str, float],
     ref_model: torch.nn.Module | None = None,
+    *,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None = None,
 ) -> None:
     """Forward, unnormalised loss and `backward(loss)` for every micro-batch; adds the metric
-    numerators to `sums`."""
+    numerators to `sums`. Each micro-batch is first moved to `device` (the model's). The forward
+    runs under `autocast(device, autocast_dtype)`, backward outside it, as torch.autocast asks."""
     for mb in micro_batches:
-        out = ppo_clip_loss(loss_inputs(model, mb, loss_cfg, ref_model), loss_cfg, 1)
+        mb = mb.to(device)
+        with autocast(device, autocast_dtype):
+            inputs = loss_inputs(model, mb, loss_cfg, ref_model)
+        out = ppo_clip_loss(inputs, loss_cfg, 1)
         backward(out.loss)
         for k, v in out.sums().items():
             sums[k] = sums.get(k, 0.0) + v
@@ -109,4 +157,4 @@ def finish_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float) 
     return out
 
 
-__all__ = ["LearnerBackend", "accumulate", "finish_metrics"]
+__all__ = ["COMPUTE_DTYPES", "LearnerBackend", "accumulate", "as_fp32_master", "autocast", "compute_dtype", "finish_metrics"]

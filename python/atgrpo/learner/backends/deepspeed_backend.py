@@ -32,6 +32,13 @@ Invariants:
   rank has any sample (AdamW then applies only weight decay and momentum, as `TorchBackend` does
   under `torch.distributed`).
 * Metrics. Metric sums are all-reduced, so every rank returns the global metrics of the step.
+* Precision (`deepspeed_config`): fp32 master weights, optimizer state and gradient accumulation
+  in every stage; `dtype="bfloat16"` computes in bf16 (ZeRO 1-3: DeepSpeed's bf16 module with fp32
+  accumulation; ZeRO-0: fp32 parameters under torch.autocast, as `TorchBackend`). The update,
+  its clipping and `grad_norm` always use the fp32 gradients. Under ZeRO 1-3 the masters start from
+  the bf16-rounded weights (DeepSpeed casts the module before it copies them); exact for
+  checkpoints shipped in bf16.
+* Device. Micro-batches move to the engine's device in `base.accumulate`.
 
 deepspeed is imported only here, and only when a `DeepSpeedBackend` is built: the rest of atgrpo
 imports without it. Without CUDA it runs on DeepSpeed's CPU accelerator over gloo, with nothing
@@ -48,15 +55,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from atgrpo.learner.backends.base import LearnerBackend, accumulate, finish_metrics
-from atgrpo.learner.distributed import default_backend, init_distributed_from_env
+from atgrpo.devices import collective_backend, model_device
+from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
+from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
+from atgrpo.learner.distributed import init_distributed_from_env
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch, SharedPrefix
 
 CHECKPOINT_TAG = "deepspeed"
 """Subfolder of the checkpoint folder holding the engine state (one fixed tag: one state per folder)."""
 
-_DEFAULT_BUCKET = 500_000_000
 _SHM_COMM_OP = "deepspeed_shm_comm"
 
 
@@ -129,18 +137,21 @@ class DeepSpeedBackend(LearnerBackend):
         timeout_s: float = 1800.0,
         extra_config: dict[str, Any] | None = None,
         shared_prefix: bool = False,
+        dtype: str = "float32",
     ):
         """`extra_config` is deep-merged into the DeepSpeed config last (e.g. ZeRO-3 bucket sizes).
         `shared_prefix`: the run's micro-batches use the shared-prefix layout (`train.share_prefix`);
-        the passes that keep ranks in step use it too."""
+        the passes that keep ranks in step use it too. `dtype`: the compute dtype (`train.dtype`);
+        the weights `model` holds become the fp32 masters."""
         if zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
-        dtypes = {p.dtype for p in model.parameters()}
-        if not dtypes <= {torch.float32, torch.bfloat16} or len(dtypes) != 1:
-            raise ValueError(f"model parameters must all be float32 or all bfloat16, got {dtypes}")
+        self.compute_dtype = compute_dtype(dtype)
+        self.precision = precision_plan(self.compute_dtype, zero_stage)
+        model = as_fp32_master(model)
         deepspeed = import_deepspeed()
         self._deepspeed = deepspeed
-        dist_backend = dist_backend or default_backend()
+        # The job made the process group for the learner's device (atgrpo.devices); alone, follow the model.
+        dist_backend = dist_backend or (dist.get_backend() if dist.is_initialized() else collective_backend(model_device(model)))
         init_distributed_from_env(dist_backend, timeout_s)
         # Adopts the torch.distributed group created above (it would otherwise try MPI discovery).
         deepspeed.init_distributed(dist_backend=dist_backend, auto_mpi_discovery=False, verbose=False)
@@ -150,8 +161,11 @@ class DeepSpeedBackend(LearnerBackend):
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
         # The KL reference is the initial policy, a full frozen replica on every rank, never given to
-        # DeepSpeed (so ZeRO-3 does not partition it). Copied before initialize() touches the model.
-        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if loss_cfg.kl_coef else None
+        # DeepSpeed (so ZeRO-3 does not partition it), kept in the compute dtype (forward only).
+        # Copied before initialize() touches the model.
+        self.ref_model = None
+        if loss_cfg.kl_coef:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.compute_dtype)
 
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -161,33 +175,10 @@ class DeepSpeedBackend(LearnerBackend):
         self._sums: dict[str, float] = {}
         self._passes = 0
         optimizer.register_step_pre_hook(self._before_update)
-        n_params = sum(p.numel() for p in model.parameters())
-        # Buckets no larger than the model: DeepSpeed preallocates them (2 GB each at the default).
-        bucket = int(min(_DEFAULT_BUCKET, max(n_params, 1_000_000)))
-        bf16 = dtypes == {torch.bfloat16}
-        config: dict[str, Any] = {
-            # Batch keys only feed DeepSpeed's sample counters here: one "sample" per micro-batch,
-            # GAS 1, and the accumulation boundary is ours (managed_gradient_accumulation false).
-            "train_micro_batch_size_per_gpu": 1,
-            "gradient_accumulation_steps": 1,
-            "train_batch_size": self.world_size,
-            "managed_gradient_accumulation": False,
-            "gradient_clipping": grad_clip if zero_stage > 0 else 0.0,
-            "zero_optimization": {
-                "stage": zero_stage,
-                # Unmanaged accumulation allows overlap_comm only with ZeRO-2; it buys nothing on CPU.
-                "overlap_comm": False,
-                "reduce_bucket_size": bucket,
-                "allgather_bucket_size": bucket,
-                "stage3_prefetch_bucket_size": bucket,
-            },
-            "zero_allow_untested_optimizer": True,
-            "zero_force_ds_cpu_optimizer": False,
-            "fp16": {"enabled": False},
-            "bf16": {"enabled": bf16},
-            "steps_per_print": 2**62,
-            "wall_clock_breakdown": False,
-        }
+        config = build_config(
+            world_size=self.world_size, zero_stage=zero_stage, grad_clip=grad_clip,
+            n_params=sum(p.numel() for p in model.parameters()), precision=self.precision,
+        )
         if extra_config:
             config = _deep_merge(config, extra_config)
         self.config = config
@@ -218,14 +209,17 @@ class DeepSpeedBackend(LearnerBackend):
     def accumulate(self, micro_batches: list[MicroBatch]) -> None:
         # Under ZeRO-2/3 every backward is a collective: all ranks agree on the number of passes.
         passes = int(self._all_reduce([float(len(micro_batches))], dist.ReduceOp.MAX)[0])
-        batches = [mb.to(self.device) for mb in micro_batches]
-        batches += [self._dummy] * (passes - len(batches))
+        batches = list(micro_batches) + [self._dummy] * (passes - len(micro_batches))
         scale = float(self.world_size)  # DeepSpeed averages over ranks; the loss wants the sum
 
         def backward(loss: torch.Tensor) -> None:
             self.engine.backward(loss * scale, scale_wrt_gas=False)
 
-        accumulate(self.engine, batches, self.loss_cfg, backward, self._sums, self.ref_model)
+        autocast_dtype = self.compute_dtype if self.precision is Precision.autocast_bf16 else None
+        accumulate(
+            self.engine, batches, self.loss_cfg, backward, self._sums, self.ref_model,
+            device=self.device, autocast_dtype=autocast_dtype,
+        )
         self._passes += passes
 
     def finish_step(self, total_tokens: int) -> dict[str, float]:
@@ -258,8 +252,9 @@ class DeepSpeedBackend(LearnerBackend):
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         def snapshot() -> dict[str, torch.Tensor]:
-            # copy: under ZeRO-3 the gathered storage is freed when the context exits
-            return self.host_copy(self.model.state_dict(), None)
+            # copy: under ZeRO-3 the gathered storage is freed when the context exits. In the compute
+            # dtype (base): a no-op for DeepSpeed's bf16 module, which holds bf16(master) after every step.
+            return self.host_copy(self.model.state_dict(), self.compute_dtype)
 
         if self.zero_stage == 3:
             params = list(self.model.parameters())

@@ -4,6 +4,13 @@ summed by `torch.distributed` all-reduce (no DDP wrapper).
 Owns its model, optimizer and, when `kl_coef` is set, a frozen copy of the initial model as the KL
 reference. Under `torch.distributed` every rank must call `train_step` (an all-reduce per parameter),
 even with no micro-batches: its zero gradients still take part and AdamW still steps.
+
+Precision (the contract's, `base`): the model's parameters are the fp32 master weights and AdamW's
+state is fp32. With `dtype="bfloat16"` the forward runs under `torch.autocast` in bf16, so the
+gradients land in the fp32 parameters' fp32 `.grad` and accumulate there across micro-batches;
+scaling, the all-reduce, clipping and the update all see fp32. The KL reference is kept in the
+compute dtype (it is only ever run forward, under the same autocast). The bf16 path on CUDA is
+untested here (no GPU); on CPU it runs the same code under CPU autocast.
 """
 
 from __future__ import annotations
@@ -13,23 +20,35 @@ from pathlib import Path
 
 import torch
 
-from atgrpo.learner.backends.base import LearnerBackend, accumulate, finish_metrics
+from atgrpo.devices import model_device
+from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch
 
 
 class TorchBackend(LearnerBackend):
-    def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float, grad_clip: float, loss_cfg: LossConfig):
-        self.model = model
+    def __init__(
+        self, model: torch.nn.Module, *, lr: float, weight_decay: float, grad_clip: float, loss_cfg: LossConfig,
+        dtype: str = "float32",
+    ):
+        """`dtype`: the compute dtype (`train.dtype`); the weights `model` holds become the fp32 master."""
+        self.compute_dtype = compute_dtype(dtype)
+        self.model = as_fp32_master(model)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.device = model_device(self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
-        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if loss_cfg.kl_coef else None
+        self.ref_model = None
+        if loss_cfg.kl_coef:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False).to(self.compute_dtype)
         self._sums: dict[str, float] = {}
 
     def accumulate(self, micro_batches: list[MicroBatch]) -> None:
-        accumulate(self.model, micro_batches, self.loss_cfg, lambda l: l.backward(), self._sums, self.ref_model)
+        accumulate(
+            self.model, micro_batches, self.loss_cfg, lambda l: l.backward(), self._sums, self.ref_model,
+            device=self.device, autocast_dtype=self.compute_dtype,
+        )
 
     def finish_step(self, total_tokens: int) -> dict[str, float]:
         scale = 1.0 / max(total_tokens, 1)
@@ -47,7 +66,8 @@ class TorchBackend(LearnerBackend):
         return finish_metrics(self._take_sums(), total_tokens, grad_norm)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
-        return self.host_copy(self.model.state_dict(), None)
+        # The master rounded to the compute dtype: what the autocast matmuls multiply with.
+        return self.host_copy(self.model.state_dict(), self.compute_dtype)
 
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

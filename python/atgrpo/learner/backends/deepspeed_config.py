@@ -1,0 +1,87 @@
+"""The DeepSpeed config of `DeepSpeedBackend`: batch keys, ZeRO settings and the precision plan.
+
+Precision plan (DeepSpeed 0.19.8, `runtime/engine.py` `_do_optimizer_sanity_check`, read against
+its source; the bf16 paths are tested on the CPU accelerator, not on a GPU):
+
+* fp32 compute: no `bf16` section; the client AdamW steps fp32 parameters (ZeRO 1-3 wrap it on
+  fp32 partitions).
+* bf16 compute, ZeRO 1-3 (`Precision.module_bf16`): `bf16.enabled` with
+  `data_types.grad_accum_dtype = "fp32"`. DeepSpeed casts the module to bf16 and keeps fp32 master
+  partitions; each micro-batch's bf16 gradient is added to an fp32 buffer (ZeRO-1: `BF16_Optimizer`,
+  which DeepSpeed picks for stage 1 + bf16 + fp32 accumulation; ZeRO-2: the fp32 "compact" gradient
+  partition of `DeepSpeedZeroOptimizer`; ZeRO-3: its fp32 gradient partitions). Gradients cross
+  ranks in fp32 (`communication_data_type`): ZeRO-1 reduces the accumulated fp32 buffer once per
+  step, which a bf16 reduction would round. DeepSpeed clips the fp32 gradients it is about to apply.
+* bf16 compute, ZeRO-0 (`Precision.autocast_bf16`): DeepSpeed has no stage-0 path with bf16
+  parameters and fp32 accumulation (it raises NotImplementedError for that mix; with bf16
+  accumulation it picks `FP16_UnfusedOptimizer`, which sums micro-batches in bf16). So stage 0
+  keeps fp32 parameters (no `bf16` section) and the backend runs the forward under
+  `torch.autocast(bf16)`, as `TorchBackend` does: the parameters are the masters, the gradients fp32.
+  Without ZeRO that is also the smaller layout (no separate bf16 copy).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import torch
+
+DEFAULT_BUCKET = 500_000_000
+
+
+class Precision(enum.Enum):
+    fp32 = "fp32"
+    """fp32 parameters, fp32 compute."""
+    module_bf16 = "module_bf16"
+    """DeepSpeed's bf16 mode: bf16 module, fp32 masters and gradient accumulation (ZeRO 1-3)."""
+    autocast_bf16 = "autocast_bf16"
+    """fp32 parameters (the masters) computed under torch.autocast(bf16) (ZeRO-0)."""
+
+
+def precision_plan(compute: torch.dtype, zero_stage: int) -> Precision:
+    if compute == torch.float32:
+        return Precision.fp32
+    if compute != torch.bfloat16:
+        raise ValueError(f"DeepSpeed backend computes in float32 or bfloat16, got {compute}")
+    return Precision.module_bf16 if zero_stage > 0 else Precision.autocast_bf16
+
+
+def build_config(
+    *, world_size: int, zero_stage: int, grad_clip: float, n_params: int, precision: Precision
+) -> dict[str, Any]:
+    """The engine config (before the caller's `extra_config` is merged in)."""
+    # Buckets no larger than the model: DeepSpeed preallocates them (2 GB each at the default).
+    bucket = int(min(DEFAULT_BUCKET, max(n_params, 1_000_000)))
+    bf16 = precision is Precision.module_bf16
+    config: dict[str, Any] = {
+        # Batch keys only feed DeepSpeed's sample counters here: one "sample" per micro-batch,
+        # GAS 1, and the accumulation boundary is ours (managed_gradient_accumulation false).
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": world_size,
+        "managed_gradient_accumulation": False,
+        # Without ZeRO the backend clips in its pre-step hook (DeepSpeed would discard the norm).
+        "gradient_clipping": grad_clip if zero_stage > 0 else 0.0,
+        "zero_optimization": {
+            "stage": zero_stage,
+            # Unmanaged accumulation allows overlap_comm only with ZeRO-2; it buys nothing on CPU.
+            "overlap_comm": False,
+            "reduce_bucket_size": bucket,
+            "allgather_bucket_size": bucket,
+            "stage3_prefetch_bucket_size": bucket,
+        },
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "fp16": {"enabled": False},
+        "bf16": {"enabled": bf16},
+        "steps_per_print": 2**62,
+        "wall_clock_breakdown": False,
+    }
+    if bf16:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+        config["communication_data_type"] = "fp32"
+    return config
+
+
+__all__ = ["DEFAULT_BUCKET", "Precision", "build_config", "precision_plan"]
