@@ -11,7 +11,8 @@ from pathlib import Path
 
 from atgrpo.config import RolloutSection, RunConfig
 from atgrpo.engines.base import RolloutEngine, SamplingParams
-from atgrpo.models.folder import load_model, load_tokenizer, model_facts
+from atgrpo.devices import resolve_device
+from atgrpo.models.folder import ModelFacts, load_model, load_tokenizer, model_facts
 
 
 def open_engine(
@@ -29,15 +30,17 @@ def open_engine(
         engine: RolloutEngine = VllmEngine(
             str(folder), policy=policy, facts=facts, dtype=dtype, device=rollout.device, version=version,
             gpu_memory_utilization=rollout.vllm_gpu_memory_utilization / max(1, engines_per_process),
-            cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
+            cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb, max_model_len=sequence_budget(facts, rollout),
+            sleep_when_idle=rollout.vllm_sleep_when_idle,
         )
     else:
         from atgrpo.engines import torch_engine  # looked up at call time: tests substitute the class
 
-        model = load_model(folder, dtype=dtype, device=rollout.device)
+        device = resolve_device(rollout.device, setting="rollout.device")
+        model = load_model(folder, dtype=dtype, device=str(device))
         engine = torch_engine.TorchEngine(
             model, policy=policy, stop_token_ids=facts.stop_token_ids, pad_token_id=facts.pad_token_id,
-            context_length=facts.context_length, version=version,
+            context_length=sequence_budget(facts, rollout), version=version,
         )
     return engine, tokenizer
 
@@ -48,9 +51,16 @@ def rollout_dtype(cfg: RunConfig) -> str:
     return cfg.rollout.dtype or cfg.train.dtype
 
 
+def sequence_budget(facts: ModelFacts, rollout: RolloutSection) -> int:
+    """Tokens one sequence may hold in an engine: the longest prompt a turn may have
+    (`rollout.max_prompt_tokens`) plus `max_new_tokens`, never more than the model's context."""
+    want = rollout.max_prompt_tokens + rollout.max_new_tokens
+    return want if facts.context_length is None else min(want, facts.context_length)
+
+
 def training_sampling(rollout: RolloutSection) -> SamplingParams:
     """How a run's rollouts sample (greedy units switch to argmax themselves)."""
     return SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
 
 
-__all__ = ["open_engine", "rollout_dtype", "training_sampling"]
+__all__ = ["open_engine", "rollout_dtype", "sequence_budget", "training_sampling"]
