@@ -5,9 +5,10 @@ or whose vLLM engine would refuse to start, is refused with the numbers instead.
 
 - **Learner** (per rank): weights, gradients and optimizer state, from the parameter count, the
   dtype and the backend (`learner_parts`: the torch backend replicates fp32 master weights, fp32
-  gradients and AdamW's two fp32 moments; DeepSpeed ZeRO-s partitions them across ranks as its
-  stages do), the frozen KL reference if `train.kl_coef`, and an estimate of the activations of
-  one micro-batch of `train.micro_batch_tokens` tokens.
+  gradients and AdamW's two fp32 moments, plus autocast's bf16 copy of the weights in bf16;
+  DeepSpeed ZeRO-s in bf16 holds bf16 weights, an fp32 gradient buffer and fp32 master + moments,
+  partitioned across ranks as its stages do), the frozen KL reference if `train.kl_coef`, and an
+  estimate of the activations of one micro-batch of `train.micro_batch_tokens` tokens.
 - **vLLM engines**: `rollout.vllm_gpu_memory_utilization` x the GPU's memory per actor. vLLM
   reserves that much at start and refuses to start unless it is free then, so it counts in full.
 - **torch engines**: their weights in the rollout dtype and the KV cache of one generate call.
@@ -92,16 +93,20 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, in
     """Bytes one learner rank holds for one policy, by part."""
     tr = cfg.train
     n = shape.params
-    if tr.backend == "deepspeed" and tr.dtype == "bfloat16":
-        # bf16 weights for compute, fp32 gradient accumulation, fp32 master + two moments (ZeRO's split).
+    autocast = 0
+    if tr.backend == "deepspeed" and tr.dtype == "bfloat16" and tr.zero_stage >= 1:
+        # bf16 weights for compute, fp32 gradient accumulation (a full buffer on every rank below
+        # ZeRO-2: BF16_Optimizer's), fp32 master + two moments (ZeRO's split).
         weights, grads, optim = 2 * n, 4 * n, 12 * n
         stage = tr.zero_stage
         optim //= ranks if stage >= 1 else 1
         grads //= ranks if stage >= 2 else 1
         weights //= ranks if stage >= 3 else 1
     else:
-        # fp32 master weights (bf16 only in compute), fp32 gradients, AdamW's two fp32 moments.
+        # fp32 master weights (bf16 only in compute, under autocast, which keeps a bf16 copy of the
+        # weights it casts for the pass), fp32 gradients, AdamW's two fp32 moments.
         weights, grads, optim = 4 * n, 4 * n, 8 * n
+        autocast = 2 * n if tr.dtype == "bfloat16" else 0
         if tr.backend == "deepspeed":
             optim //= ranks if tr.zero_stage >= 1 else 1
             grads //= ranks if tr.zero_stage >= 2 else 1
@@ -113,7 +118,7 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, in
         acts = tokens * compute * (shape.layers * shape.hidden + per_layer)
     else:
         acts = tokens * compute * shape.layers * per_layer
-    parts = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts}
+    parts = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts + autocast}
     if tr.kl_coef:
         parts["kl_reference"] = compute * n
     return parts

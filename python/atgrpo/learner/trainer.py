@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from atgrpo.config import RunConfig
+from atgrpo.devices import resolve_device
 from atgrpo.learner.backends import LearnerBackend, make_backend
 from atgrpo.errors import CheckpointWriteError
 from atgrpo.learner.checkpoints import (
@@ -50,10 +51,13 @@ def loss_config(cfg: RunConfig) -> LossConfig:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, cfg: RunConfig, rank: int = 0, world_size: int = 1, device: torch.device | None = None) -> None:
+        """`device`: where this rank trains (`atgrpo.devices.resolve_device`, made by the job);
+        None: `train.device` of a single process."""
         self.cfg = cfg
         self.rank = rank
         self.world = world_size
+        self.device = device if device is not None else resolve_device(cfg.train.device)
         self.policies = sorted(cfg.policies)
         self.versions = {p: 0 for p in self.policies}
         self.pad_ids: dict[str, int] = {}
@@ -62,7 +66,7 @@ class Trainer:
         for p in self.policies:
             folder = policy_dir(cfg, p)
             # fp32: the master weights; train.dtype is the compute dtype (learner.backends.base)
-            model = load_model(folder, dtype="float32", device=cfg.train.device)
+            model = load_model(folder, dtype="float32", device=str(self.device))
             self.pad_ids[p] = load_tokenizer(folder).pad_token_id
             pc = cfg.policies[p]
             self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))
@@ -87,6 +91,8 @@ class Trainer:
             out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
             out[f"learner/{p}/version"] = float(self.versions[p])
         self._busy_s += time.perf_counter() - t0
+        if plan.final and self.device.type == "cuda" and self.cfg.rollout.vllm_sleep_when_idle:
+            torch.cuda.empty_cache()  # hand the step's activations back, so a colocated engine can wake
         if plan.final:
             out["time/learner_s"], self._busy_s = self._busy_s, 0.0
         return out
