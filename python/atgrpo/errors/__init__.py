@@ -42,6 +42,7 @@ from atgrpo.errors.runtime import (
     ModelImportError,
     PromptTooLongError,
     UnitLost,
+    UnsupportedModelError,
     VerifierStartError,
     VllmUnavailableError,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "TransportTimeout",
     "UnexpectedReply",
     "UnitLost",
+    "UnsupportedModelError",
     "UnknownFormatError",
     "UnknownKind",
     "UnknownTaskError",

@@ -26,6 +26,11 @@ class ModelImportError(AtgrpoError, ValueError):
     """The source is not a model atgrpo can import, or the imported folder is not clean."""
 
 
+class UnsupportedModelError(AtgrpoError, ValueError):
+    """The model lacks a structure a requested learner feature needs, e.g. decoder layers to
+    checkpoint (`learner.checkpointing`)."""
+
+
 class EvalError(AtgrpoError, ValueError):
     """Bad arguments or inputs for an evaluation (`atgrpo-eval` reports it and exits with status 2)."""
 

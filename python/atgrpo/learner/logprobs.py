@@ -6,36 +6,56 @@ so that `exp(logp - behaviour_logp)` compares the same distribution. Outputs are
 j is the token at position j + 1 of `input_ids`, predicted from position j (the one-token shift
 happens here and nowhere else). Log-probs and entropy are float32 whatever the model's dtype. This
 is the only module that calls a model for the loss; `learner.loss` is tensor math only.
+
+Memory: the output layer is applied in chunks of `logit_chunk_tokens` tokens, each recomputed in
+backward (`learner.output_head`), so no [tokens x vocab] tensor exists at once; the policy's and
+the reference's scores are taken at the response tokens only (`loss_inputs`), 0 elsewhere (where
+the loss weighs nothing). With a chunk size of 0 (the unchunked reference) every position is
+scored at once. Values and gradients equal the unchunked ones up to float rounding
+(`tests/learner/test_logprobs_chunked.py`).
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import contextlib
 
+import torch
+
+from atgrpo.learner.checkpointing import logit_chunk_tokens
 from atgrpo.learner.loss import LossConfig, LossInputs
 from atgrpo.learner.microbatch import MicroBatch
+from atgrpo.learner.output_head import ScoreRequest, entropy_from_logits, plain_head, score_logits, scoring
 
 
-def token_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, L-1] float32 log-prob of each next token, [B, L-1, V] float32 tempered logits)."""
-    if mb.prefix is None:
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits[:, :-1]
+def token_logprobs(
+    model: torch.nn.Module, mb: MicroBatch, temperature: float, *, entropy: bool = False,
+    rows: torch.Tensor | None = None, chunk_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """([B, L-1] float32 log-prob of each next token, [B, L-1] float32 entropy when `entropy`, else None).
+
+    `rows` [B, L-1] bool: score only these columns (others are 0); None: all. `chunk_tokens`:
+    tokens per chunk of the output layer (None: the model's `train.logit_chunk_tokens`; 0: unchunked)."""
+    chunk = logit_chunk_tokens(model) if chunk_tokens is None else chunk_tokens
+    head = plain_head(model)
+    if head is None:  # logits are not lm_head(hidden): score the model's own logits, unchunked
+        logits = _run(model, mb, contextlib.nullcontext())[:, :-1]
+        scores = score_logits(logits, mb.input_ids[:, 1:], temperature, entropy)
     else:
-        logits = prefix_logits(model, mb)[:, :-1]
-    logits = logits.float() / temperature
-    logp = torch.gather(F.log_softmax(logits, dim=-1), -1, mb.input_ids[:, 1:, None]).squeeze(-1)
-    return logp, logits
+        req = ScoreRequest(mb.input_ids[:, 1:], temperature, entropy, chunk, rows)
+        scores = _run(model, mb, scoring(head, req))
+    return scores[0], (scores[1] if entropy else None)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """[B, T] entropy of the softmax of [B, T, V] logits (differentiable)."""
-    probs = F.softmax(logits, dim=-1)
-    return -(probs * F.log_softmax(logits, dim=-1)).sum(-1)
+def _run(model: torch.nn.Module, mb: MicroBatch, head_mode: contextlib.AbstractContextManager) -> torch.Tensor:
+    """What the model's output layer returns for `mb`'s rows, in either layout (under `head_mode`)."""
+    if mb.prefix is None:
+        with head_mode:
+            return model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
+    return _prefix_rows(model, mb, head_mode)
 
 
-def prefix_logits(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
-    """[B, 1 + Lr, V] logits of a shared-prefix micro-batch's rows (position j predicts j + 1).
+def _prefix_rows(model: torch.nn.Module, mb: MicroBatch, head_mode: contextlib.AbstractContextManager) -> torch.Tensor:
+    """The output layer's result on a shared-prefix micro-batch's rows [B, 1 + Lr] (position j predicts j + 1).
 
     One pass over the distinct prompts fills a KV cache (logits only for the last position, which
     nobody reads: the rows start with the prompt's last token); the cache rows are gathered per
@@ -46,7 +66,7 @@ def prefix_logits(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
 
     prefix = mb.prefix
     if prefix is None:
-        raise ValueError("prefix_logits needs a shared-prefix micro-batch")
+        raise ValueError("a shared-prefix micro-batch is needed here")
     cache = DynamicCache()
     prompt_len = prefix.mask.sum(-1)  # without the last token
     positions = (prefix.mask.cumsum(-1) - 1).clamp(min=0)
@@ -58,9 +78,10 @@ def prefix_logits(model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
     mask = torch.cat([prefix.mask[prefix.row], mb.attention_mask], dim=1)
     steps = torch.arange(mb.input_ids.shape[1], device=mb.input_ids.device)
     positions = prompt_len[prefix.row][:, None] + steps[None, :]
-    return model(
-        input_ids=mb.input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
-    ).logits
+    with head_mode:
+        return model(
+            input_ids=mb.input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).logits
 
 
 def loss_inputs(
@@ -68,13 +89,14 @@ def loss_inputs(
 ) -> LossInputs:
     """The loss's inputs for `mb`: the policy's log-probs (with grad), the entropy when
     `cfg.entropy_coef` is set, the frozen reference's log-probs when `cfg.kl_coef` is set and a
-    `ref_model` is given; the batch's per-token fields shifted to the same [B, L-1] columns."""
-    logp, logits = token_logprobs(model, mb, cfg.temperature)
-    entropy = entropy_from_logits(logits) if cfg.entropy_coef else None
+    `ref_model` is given; the batch's per-token fields shifted to the same [B, L-1] columns. Scores
+    are taken at the loss-mask columns only (0 elsewhere, where `token_weights` is 0)."""
+    rows = mb.loss_mask[:, 1:]
+    logp, entropy = token_logprobs(model, mb, cfg.temperature, entropy=bool(cfg.entropy_coef), rows=rows)
     ref_logp = None
     if cfg.kl_coef and ref_model is not None:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, mb, cfg.temperature)
+            ref_logp, _ = token_logprobs(ref_model, mb, cfg.temperature, rows=rows, chunk_tokens=logit_chunk_tokens(model))
     return LossInputs(
         logp=logp,
         behaviour_logp=mb.behaviour_logprobs[:, 1:],
@@ -85,4 +107,4 @@ def loss_inputs(
     )
 
 
-__all__ = ["entropy_from_logits", "loss_inputs", "prefix_logits", "token_logprobs"]
+__all__ = ["entropy_from_logits", "loss_inputs", "token_logprobs"]

@@ -12,6 +12,7 @@ import torch
 from atgrpo.config import TrainSection
 from atgrpo.learner.backends.base import LearnerBackend
 from atgrpo.learner.backends.torch_backend import TorchBackend
+from atgrpo.learner.checkpointing import configure_learner_model
 from atgrpo.learner.loss import LossConfig
 
 
@@ -23,6 +24,7 @@ def make_backend(
 
     With `cfg.backend == "deepspeed"` this is a collective: every rank of the job must call it.
     """
+    configure_learner_model(model, cfg)  # gradient checkpointing, logit chunks (`train`)
     if cfg.backend == "torch":
         return TorchBackend(
             model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg, dtype=cfg.dtype,
