@@ -131,3 +131,14 @@ def test_engines_hold_the_task_budget_not_the_whole_context():
     assert sequence_budget(facts, ro) == 4000
     small = ModelFacts(stop_token_ids=(1,), pad_token_id=0, context_length=2048)
     assert sequence_budget(small, ro) == 2048
+
+
+def test_deepspeed_follows_the_learner_device_not_the_host():
+    from atgrpo.learner.backends.deepspeed_backend import import_deepspeed
+
+    deepspeed = import_deepspeed(torch.device("cpu"))  # this host: the CPU accelerator, as for a CPU learner anywhere
+    from deepspeed.accelerator import get_accelerator
+
+    assert deepspeed is not None and get_accelerator().device_name() == "cpu"
+    with pytest.raises(PlacementError, match="DS_ACCELERATOR"):
+        import_deepspeed(torch.device("cuda", 0))

@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 
 from atgrpo.devices import collective_backend, model_device
+from atgrpo.errors import PlacementError
 from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
 from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
 from atgrpo.learner.distributed import init_distributed_from_env
@@ -68,17 +69,26 @@ CHECKPOINT_TAG = "deepspeed"
 _SHM_COMM_OP = "deepspeed_shm_comm"
 
 
-def import_deepspeed():
-    """Import deepspeed, choosing the CPU accelerator when there is no GPU.
+def import_deepspeed(device: torch.device | None = None):
+    """Import deepspeed with the accelerator of the learner's `device` (None: the CPU one when there
+    is no GPU): a CPU learner on a GPU host must not get CUDA's, which would move its model to a GPU.
 
     DS_ACCELERATOR must be set before the first import (the accelerator is picked at import time and
-    cached); an explicit setting in the environment wins.
+    cached); an explicit setting in the environment wins. Raises `PlacementError` when deepspeed was
+    already imported with another accelerator.
     """
-    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+    on_cpu = device.type != "cuda" if device is not None else not torch.cuda.is_available()
+    if "DS_ACCELERATOR" not in os.environ and on_cpu:
         os.environ["DS_ACCELERATOR"] = "cpu"
     import deepspeed
     from deepspeed.accelerator import get_accelerator
     from deepspeed.git_version_info import installed_ops
+
+    if device is not None and (get_accelerator().device_name() == "cpu") != (device.type != "cuda"):
+        raise PlacementError(
+            f"DeepSpeed runs on its {get_accelerator().device_name()!r} accelerator but the learner's device is "
+            f"{device}; set DS_ACCELERATOR before deepspeed is first imported"
+        )
 
     if get_accelerator().device_name() == "cpu" and not installed_ops.get(_SHM_COMM_OP, False):
         # On the CPU accelerator DeepSpeed's communication wrapper JIT-compiles a shared-memory
@@ -148,7 +158,15 @@ class DeepSpeedBackend(LearnerBackend):
         self.compute_dtype = compute_dtype(dtype)
         self.precision = precision_plan(self.compute_dtype, zero_stage)
         model = as_fp32_master(model)
-        deepspeed = import_deepspeed()
+        device = model_device(model)
+        # DeepSpeed puts rank r's module on accelerator device LOCAL_RANK, whatever device it came on.
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device.type == "cuda" and device.index != local_rank:
+            raise PlacementError(
+                f"the learner's model is on {device}, but DeepSpeed would move it to cuda:{local_rank} (LOCAL_RANK); "
+                f"use train.device = 'cuda' and choose the GPU with launch.learner_devices or CUDA_VISIBLE_DEVICES"
+            )
+        deepspeed = import_deepspeed(device)
         self._deepspeed = deepspeed
         # The job made the process group for the learner's device (atgrpo.devices); alone, follow the model.
         dist_backend = dist_backend or (dist.get_backend() if dist.is_initialized() else collective_backend(model_device(model)))
@@ -185,6 +203,8 @@ class DeepSpeedBackend(LearnerBackend):
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         self.model = self.engine.module
         self.device = self.engine.device
+        if self.ref_model is not None:
+            self.ref_model.to(self.device)  # wherever DeepSpeed put the policy, its reference goes too
         self._dummy = _dummy_microbatch(self.device, shared_prefix)
 
     def _before_update(self, optimizer, args, kwargs) -> None:
