@@ -142,3 +142,13 @@ def test_deepspeed_follows_the_learner_device_not_the_host():
     assert deepspeed is not None and get_accelerator().device_name() == "cpu"
     with pytest.raises(PlacementError, match="DS_ACCELERATOR"):
         import_deepspeed(torch.device("cuda", 0))
+
+
+@pytest.mark.parametrize("recipe", ["train_qwen3_1gpu.toml", "train_qwen3_8gpu.toml"])
+def test_the_shipped_qwen3_recipes_fit_80_gb_gpus(recipe):
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "envs/planpath" / recipe)
+    loads = plan(cfg, {"shared": ModelShape.from_hf_config(QWEN3_1_7B)}, int(80 * GB))
+    assert len(loads) == (1 if "1gpu" in recipe else 8)
+    assert all(ld.need() <= 0.95 * ld.total for ld in loads)
