@@ -177,6 +177,9 @@ class Isolation:
     child_processes: bool
     capabilities_dropped: bool
     rlimits: bool
+    missing: tuple[str, ...]
+    """Layers this machine could not give: "namespaces", "landlock", "landlock_scopes", "seccomp",
+    "readonly_root" (empty with full isolation). Never empty without `warning` saying why."""
     warning: str | None
     python: str
 
@@ -209,7 +212,8 @@ class Sandbox:
             config = SandboxConfig(**{**(config or SandboxConfig()).model_dump(), **overrides})
         self.config = config or SandboxConfig()
         self._core = _core.Sandbox(self.config.to_core_json())
-        self.isolation = Isolation(**json.loads(self._core.isolation_json))
+        report = json.loads(self._core.isolation_json)
+        self.isolation = Isolation(**{**report, "missing": tuple(report["missing"])})
         if self.isolation.warning and not self.config.unsafe_no_isolation:
             logger.warning("sandbox isolation reduced: %s", self.isolation.warning)
             warnings.warn(self.isolation.warning, SandboxIsolationWarning, stacklevel=2)

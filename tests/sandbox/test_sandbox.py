@@ -179,6 +179,9 @@ def test_fallback_warns_and_says_why() -> None:
     with pytest.warns(SandboxIsolationWarning, match="disabled by config"):
         sb = Sandbox(namespaces=False)
     assert sb.isolation.mode == "fallback" and not sb.isolation.child_processes
+    # Typed: the missing layers are named, not only described (rust/sandbox/tests/kernel_features.rs
+    # simulates kernels without Landlock or user namespaces).
+    assert "namespaces" in sb.isolation.missing
     sb.close()
 
 

@@ -16,6 +16,12 @@
 //! TCP; no signals or abstract sockets across the boundary); seccomp (no sockets, ptrace, io_uring,
 //! namespaces, mounts); rlimits (CPU, address space, processes, file size, open files, no core
 //! dumps); a scrubbed environment; `-I -S`; kill of the whole pid namespace (or process group).
+//! The seccomp filters are compiled by `seccompiler` and the Landlock rulesets made by the
+//! `landlock` crate, both in the parent; the vfork child only installs what was prepared (see
+//! `seccomp.rs` and `landlock.rs` for the few instructions still written by hand, and why).
+//! `tests/filter_readback.rs` reads the filters back out of a running program and checks them
+//! against the promised deny list; `tests/kernel_features.rs` checks that a kernel without Landlock
+//! or user namespaces is reported (`IsolationReport::missing`, `warning`), never accepted silently.
 //!
 //! Trust boundary of the verdicts: stdout is compared in the host; assert-style results come from
 //! the harness over a private fd, authenticated by a per-start nonce that is never in argv, the
@@ -32,6 +38,8 @@
 //! Linux only (x86_64, aarch64), kernel >= 5.4 (pidfds). Optional, probed once: user namespaces,
 //! Landlock (5.13), `mount_setattr` (5.12), seccomp; `IsolationReport` says what was found.
 
+#[doc(hidden)]
+pub mod bpf;
 mod config;
 mod error;
 mod landlock;
@@ -47,5 +55,5 @@ mod sys;
 
 pub use config::SandboxConfig;
 pub use error::{Result, SandboxError};
-pub use pool::{IsolationReport, Sandbox};
+pub use pool::{IsolationReport, KernelFeatures, Missing, Sandbox};
 pub use program::{outputs_match, Program, ProgramResult, StdioCase, TestResult, Verdict};

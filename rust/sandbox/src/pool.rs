@@ -1,9 +1,11 @@
 //! `Sandbox`: probes the machine once, then runs batches of programs on a pool of worker threads.
 //!
-//! Construction: resolve the interpreter, make the work root (0700), read the Landlock ABI, make the
-//! shared namespaces, and run a self-test program through the full isolation. If the namespaced
-//! self-test fails, the reason goes into `IsolationReport::warning` and the fallback (no
-//! namespaces) is tested instead, unless `require_namespaces` makes it an error.
+//! Construction: resolve the interpreter, make the work root (0700), probe the kernel
+//! (`KernelFeatures`: Landlock ABI, user namespaces, seccomp), make the shared namespaces, and run a
+//! self-test program through the full isolation. If the namespaced self-test fails, the reason goes
+//! into `IsolationReport::warning` and the fallback (no namespaces) is tested instead, unless
+//! `require_namespaces` makes it an error. Every layer the machine lacks is named in
+//! `IsolationReport::missing` (typed) and in `warning`: nothing missing is accepted silently.
 //!
 //! Threads: `workers` OS threads each run one execution at a time (a blocking poll loop). Batches
 //! from several callers interleave fairly through one job queue. `run_batch` blocks its caller until
@@ -51,9 +53,48 @@ pub struct IsolationReport {
     /// Root without namespaces: the capability bounding set is dropped before exec.
     pub capabilities_dropped: bool,
     pub rlimits: bool,
-    /// Why the sandbox runs with less than full isolation, if it does.
+    /// The layers this machine could not give (empty with full isolation, and for "none").
+    pub missing: Vec<Missing>,
+    /// Why the sandbox runs with less than full isolation, if it does (set whenever `missing` is
+    /// not empty).
     pub warning: Option<String>,
     pub python: String,
+}
+
+/// An isolation layer the sandbox runs without.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Missing {
+    /// No user namespaces (or their self-test failed): no pid/user/network/mount namespaces.
+    Namespaces,
+    /// No Landlock: files are protected only by permissions (and, with namespaces, the read-only
+    /// mount namespace).
+    Landlock,
+    /// Landlock < 6 without namespaces: signals are fenced by seccomp only.
+    LandlockScopes,
+    /// No seccomp: sockets and child processes are not blocked.
+    Seccomp,
+    /// No `mount_setattr`: the root file system is not read-only.
+    ReadonlyRoot,
+}
+
+/// What the kernel offers, as `Sandbox::new` finds it (`probe`). Tests pass a copy with features
+/// taken away to check how a kernel without them is reported; claiming a feature the kernel lacks
+/// only makes the self-test fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelFeatures {
+    /// Landlock ABI version, 0 when absent or disabled.
+    pub landlock_abi: u32,
+    /// Whether unprivileged user namespaces may be tried (false: `user.max_user_namespaces` is 0).
+    pub user_namespaces: bool,
+    pub seccomp: bool,
+}
+
+impl KernelFeatures {
+    pub fn probe() -> Self {
+        let userns_off = std::fs::read_to_string("/proc/sys/user/max_user_namespaces").is_ok_and(|s| s.trim() == "0");
+        Self { landlock_abi: landlock::abi_version(), user_namespaces: !userns_off, seccomp: seccomp_available() }
+    }
 }
 
 type Job = (usize, Program, Sender<(usize, ProgramResult)>);
@@ -156,6 +197,11 @@ fn self_test(shared: &mut Shared) -> std::result::Result<(), String> {
 
 impl Sandbox {
     pub fn new(cfg: SandboxConfig) -> Result<Self> {
+        Self::with_kernel(cfg, KernelFeatures::probe())
+    }
+
+    /// `new` on a kernel described by `kernel` instead of the probed one (see `KernelFeatures`).
+    pub fn with_kernel(cfg: SandboxConfig, kernel: KernelFeatures) -> Result<Self> {
         cfg.validate()?;
         let python_path = cfg.resolve_python()?;
         let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
@@ -164,15 +210,18 @@ impl Sandbox {
         let (harness_code, candidate_code) = (compiled.next().unwrap_or_default(), compiled.next().unwrap_or_default());
         let work_root = make_work_root(&cfg)?;
         let isolated = !cfg.unsafe_no_isolation;
-        let abi = if isolated { landlock::abi_version() } else { 0 };
+        let abi = if isolated { kernel.landlock_abi } else { 0 };
         let mut read_paths: Vec<PathBuf> = cfg.read_paths.iter().map(PathBuf::from).collect();
         read_paths.extend(python_prefixes(&python_path));
         let fence = if abi > 0 {
-            Some(Fence::new(abi, &read_paths).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
+            Some(Fence::new(&read_paths).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
         } else {
             None
         };
-        let has_seccomp = isolated && seccomp_available();
+        let has_seccomp = isolated && kernel.seccomp;
+        let filter = |no_children: bool| -> Result<Option<seccomp::Filter>> {
+            has_seccomp.then(|| seccomp::build(no_children)).transpose().map_err(SandboxError::Unavailable)
+        };
         let is_root = unsafe { libc::geteuid() } == 0;
         let mut report = IsolationReport {
             mode: "none",
@@ -184,6 +233,7 @@ impl Sandbox {
             child_processes: !isolated,
             capabilities_dropped: false,
             rlimits: isolated,
+            missing: Vec::new(),
             warning: None,
             python: python_path.display().to_string(),
         };
@@ -205,15 +255,21 @@ impl Sandbox {
             return Ok(Self::start(shared, report));
         }
 
-        let mut why_not = if cfg.namespaces { None } else { Some("namespaces disabled by config".to_string()) };
-        if cfg.namespaces {
+        let mut why_not = if !cfg.namespaces {
+            Some("namespaces disabled by config".to_string())
+        } else if !kernel.user_namespaces {
+            Some("user namespaces unavailable (user.max_user_namespaces is 0)".to_string())
+        } else {
+            None
+        };
+        if why_not.is_none() {
             match namespaces::create(&shared.work_root) {
                 Ok(ns) => {
                     let readonly = ns.readonly_root;
                     shared.isolation = Isolation::Namespaces(ns);
                     // RLIMIT_NPROC never applies to uid 0 (the kernel exempts root's user_struct,
                     // whatever the user namespace), so as root children cannot be counted: refuse them.
-                    shared.filter = has_seccomp.then(|| seccomp::build(is_root));
+                    shared.filter = filter(is_root)?;
                     match self_test(&mut shared) {
                         Ok(()) => {
                             report.mode = "namespaces";
@@ -223,10 +279,20 @@ impl Sandbox {
                             report.child_processes = !is_root || !has_seccomp;
                             let mut notes = Vec::new();
                             if !readonly {
+                                report.missing.push(Missing::ReadonlyRoot);
                                 notes.push("mount_setattr unavailable: the root file system is not read-only");
                             }
-                            if is_root && !has_seccomp {
-                                notes.push("running as root without seccomp: child processes are not bounded");
+                            if abi == 0 {
+                                report.missing.push(Missing::Landlock);
+                                notes.push("no Landlock: files are fenced by the read-only mount namespace and permissions only");
+                            }
+                            if !has_seccomp {
+                                report.missing.push(Missing::Seccomp);
+                                notes.push(if is_root {
+                                    "running as root without seccomp: child processes are not bounded, sockets are not blocked"
+                                } else {
+                                    "no seccomp: sockets are blocked by the empty network namespace only"
+                                });
                             }
                             report.warning = (!notes.is_empty()).then(|| notes.join("; "));
                             return Ok(Self::start(shared, report));
@@ -242,18 +308,22 @@ impl Sandbox {
             return Err(SandboxError::Unavailable(format!("require_namespaces is set but {reason}")));
         }
         shared.isolation = Isolation::Fallback;
-        shared.filter = has_seccomp.then(|| seccomp::build(true));
+        shared.filter = filter(true)?;
         shared.drop_capabilities = is_root;
         self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
         report.mode = "fallback";
         report.capabilities_dropped = is_root;
+        report.missing.push(Missing::Namespaces);
         let mut missing = vec!["no pid/user/network/mount namespaces; child processes are refused"];
         if abi == 0 {
+            report.missing.push(Missing::Landlock);
             missing.push("no Landlock: files are protected only by the user's permissions");
         } else if abi < 6 {
+            report.missing.push(Missing::LandlockScopes);
             missing.push("Landlock < 6: signals are fenced by seccomp only");
         }
         if !has_seccomp {
+            report.missing.push(Missing::Seccomp);
             missing.push("no seccomp: sockets and child processes are not blocked");
         }
         report.warning = Some(format!("{reason}; {}", missing.join("; ")));

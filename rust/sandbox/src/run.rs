@@ -198,7 +198,7 @@ impl Worker<'_> {
                 iso => Some(spawn::Isolation {
                     namespaces: if let Isolation::Namespaces(ns) = iso { Some(ns) } else { None },
                     landlock,
-                    seccomp: filter.as_mut().map(|f| (f.prog.as_mut_slice(), f.slots.as_slice())),
+                    seccomp: filter.as_mut().map(|f| (f.programs.as_mut_slice(), f.slots.as_slice())),
                     drop_capabilities: shared.drop_capabilities,
                 }),
             };

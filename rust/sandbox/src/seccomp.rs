@@ -1,41 +1,53 @@
-//! The seccomp-BPF filter installed right before `execve` (hand-assembled, no dependency).
+//! The seccomp filters installed right before `execve`, compiled by `seccompiler` (Firecracker's
+//! filter compiler) in the parent; the vfork child only fills in its pid and installs them.
 //!
-//! Always: `socket` (so no network or unix-socket connections, whatever the namespaces), `ptrace`,
-//! cross-process memory access, io_uring (it can open sockets without the `socket` syscall), bpf,
-//! perf, keyrings, new namespaces, mounts, modules and reboot are refused with EPERM; `clone3` gets
-//! ENOSYS so that libc falls back to `clone`, whose flags a filter can read; a foreign syscall ABI
-//! (x32, i386) kills the process.
-//! With `no_children` (no namespaces, or running as root, where RLIMIT_NPROC does not apply) the
-//! number of processes cannot be bounded, so child processes are refused too (threads stay
-//! allowed), and signals may only target the program itself: the filter is a template whose pid
-//! slots the child fills in with its own pid (`patch_pid`) before installing it.
+//! What the filters promise (`tests/filter_readback.rs` reads the installed programs back out of a
+//! running program and checks exactly this list):
+//! - refused with EPERM, always: `socket` (no network or unix-socket connections, whatever the
+//!   namespaces), `ptrace`, `process_vm_readv`, `process_vm_writev`, `pidfd_getfd`, `bpf`,
+//!   `perf_event_open`, `userfaultfd`, `keyctl`, `add_key`, `request_key`, `io_uring_setup`,
+//!   `io_uring_enter`, `io_uring_register` (io_uring can open sockets without `socket`), `unshare`,
+//!   `setns`, `mount`, `umount2`, `pivot_root`, `chroot`, `open_tree`, `move_mount`, `fsopen`,
+//!   `fsconfig`, `fsmount`, `fspick`, `mount_setattr`, `name_to_handle_at`, `open_by_handle_at`,
+//!   `kexec_load`, `kexec_file_load`, `init_module`, `finit_module`, `delete_module`, `reboot`,
+//!   `swapon`, `swapoff`, `acct`, and on x86_64 `iopl`, `ioperm`;
+//! - `clone` with any namespace flag: EPERM; `clone3`: ENOSYS (libc falls back to `clone`, whose
+//!   flags a filter can read);
+//! - a foreign syscall ABI (i386, and x32 on x86_64) kills the process;
+//! - with `no_children` (no namespaces, or root, where RLIMIT_NPROC does not apply, so the number
+//!   of processes cannot be bounded): `clone` without `CLONE_THREAD`, `fork`, `vfork`, `tkill` and
+//!   `pidfd_send_signal` are refused too (threads stay allowed), and `kill` may only target 0, the
+//!   program's own pid or its own group, `tgkill` / `rt_sigqueueinfo` / `rt_tgsigqueueinfo` only
+//!   its own pid.
+//!
+//! Three programs, stacked (the kernel runs all and keeps the most severe verdict):
+//! 1. the deny list above, EPERM (`seccompiler`: one filter has one match action);
+//! 2. `clone3` -> ENOSYS (`seccompiler`, a second match action);
+//! 3. x86_64 only, kept by hand (4 instructions): syscall numbers with bit 30 set (the x32 ABI,
+//!    which shares x86_64's audit arch) kill the process. `seccompiler` matches syscall numbers by
+//!    equality only, so it cannot say "every number >= 0x4000_0000", and without this a kernel
+//!    built with x32 support would let `socket` through under its x32 number.
+//!
+//! The pid of the `no_children` rules is known only in the child. The parent compiles the rules
+//! with two sentinel values in place of "own pid" and "own group", finds the instructions that
+//! compare against them (and checks it found exactly as many as it wrote), and the child writes
+//! its pid there in its own copy (`patch_pid`: no allocation) before installing.
+
+use std::collections::BTreeMap;
+
+pub use seccompiler::sock_filter;
+use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
 
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
+const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
+const ARCH: TargetArch = TargetArch::aarch64;
 
-const LD_W_ABS: u16 = 0x20;
-const JEQ_K: u16 = 0x15;
-const JGE_K: u16 = 0x35;
-const JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
-const RET_ALLOW: u32 = 0x7fff_0000;
-const RET_KILL_PROCESS: u32 = 0x8000_0000;
-const RET_ERRNO: u32 = 0x0005_0000;
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-const OFF_ARG0: u32 = 16;
+/// Values no syscall number, flag or action of these filters has (pids are < 2^22).
+const PID_SENTINEL: u32 = 0x7e57_0001;
+const NEG_PID_SENTINEL: u32 = 0x7e57_0002;
 
-const NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
-    | libc::CLONE_NEWCGROUP
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUSER
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET) as u32;
-
-/// A filled-in placeholder: the child's pid or its negation (its process group).
+/// A placeholder the child fills in: its pid or its negation (its process group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     Pid,
@@ -44,137 +56,153 @@ pub enum Slot {
 
 #[derive(Debug, Clone)]
 pub struct Filter {
-    pub prog: Vec<libc::sock_filter>,
-    pub slots: Vec<(usize, Slot)>,
+    /// Installed in this order, each a complete program (arch check, rules, default).
+    pub programs: Vec<BpfProgram>,
+    /// `(program, instruction, slot)`: whose `k` the child sets from its pid.
+    pub slots: Vec<(usize, usize, Slot)>,
 }
 
-fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code, jt: 0, jf: 0, k }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
-fn denied() -> Vec<libc::c_long> {
+/// The deny list (see the module docs), by name for messages and tests.
+pub fn denied() -> Vec<(&'static str, libc::c_long)> {
     let mut v = vec![
-        libc::SYS_socket,
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_pidfd_getfd,
-        libc::SYS_bpf,
-        libc::SYS_perf_event_open,
-        libc::SYS_userfaultfd,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_chroot,
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_mount_setattr,
-        libc::SYS_name_to_handle_at,
-        libc::SYS_open_by_handle_at,
-        libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_reboot,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        libc::SYS_acct,
+        ("socket", libc::SYS_socket),
+        ("ptrace", libc::SYS_ptrace),
+        ("process_vm_readv", libc::SYS_process_vm_readv),
+        ("process_vm_writev", libc::SYS_process_vm_writev),
+        ("pidfd_getfd", libc::SYS_pidfd_getfd),
+        ("bpf", libc::SYS_bpf),
+        ("perf_event_open", libc::SYS_perf_event_open),
+        ("userfaultfd", libc::SYS_userfaultfd),
+        ("keyctl", libc::SYS_keyctl),
+        ("add_key", libc::SYS_add_key),
+        ("request_key", libc::SYS_request_key),
+        ("io_uring_setup", libc::SYS_io_uring_setup),
+        ("io_uring_enter", libc::SYS_io_uring_enter),
+        ("io_uring_register", libc::SYS_io_uring_register),
+        ("unshare", libc::SYS_unshare),
+        ("setns", libc::SYS_setns),
+        ("mount", libc::SYS_mount),
+        ("umount2", libc::SYS_umount2),
+        ("pivot_root", libc::SYS_pivot_root),
+        ("chroot", libc::SYS_chroot),
+        ("open_tree", libc::SYS_open_tree),
+        ("move_mount", libc::SYS_move_mount),
+        ("fsopen", libc::SYS_fsopen),
+        ("fsconfig", libc::SYS_fsconfig),
+        ("fsmount", libc::SYS_fsmount),
+        ("fspick", libc::SYS_fspick),
+        ("mount_setattr", libc::SYS_mount_setattr),
+        ("name_to_handle_at", libc::SYS_name_to_handle_at),
+        ("open_by_handle_at", libc::SYS_open_by_handle_at),
+        ("kexec_load", libc::SYS_kexec_load),
+        ("kexec_file_load", libc::SYS_kexec_file_load),
+        ("init_module", libc::SYS_init_module),
+        ("finit_module", libc::SYS_finit_module),
+        ("delete_module", libc::SYS_delete_module),
+        ("reboot", libc::SYS_reboot),
+        ("swapon", libc::SYS_swapon),
+        ("swapoff", libc::SYS_swapoff),
+        ("acct", libc::SYS_acct),
     ];
     #[cfg(target_arch = "x86_64")]
-    v.extend([libc::SYS_iopl, libc::SYS_ioperm]);
+    v.extend([("iopl", libc::SYS_iopl), ("ioperm", libc::SYS_ioperm)]);
     v
 }
 
-/// Builds the filter. `no_children`: refuse processes (keep threads) and pin signals to self.
-pub fn build(no_children: bool) -> Filter {
-    let errno = |e: i32| RET_ERRNO | e as u32;
-    let mut p = vec![
-        stmt(LD_W_ABS, OFF_ARCH),
-        jump(JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(RET_K, RET_KILL_PROCESS),
-        stmt(LD_W_ABS, OFF_NR),
-    ];
-    let mut slots = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        // x32 syscalls have bit 30 set.
-        p.push(jump(JGE_K, 0x4000_0000, 0, 1));
-        p.push(stmt(RET_K, RET_KILL_PROCESS));
-    }
-    for nr in denied() {
-        p.push(jump(JEQ_K, nr as u32, 0, 1));
-        p.push(stmt(RET_K, errno(libc::EPERM)));
-    }
-    p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-    p.push(stmt(RET_K, errno(libc::ENOSYS)));
-    // clone(flags, ...): no new namespaces; without namespaces, threads only.
-    let clone_block: Vec<libc::sock_filter> = if no_children {
-        vec![
-            stmt(LD_W_ABS, OFF_ARG0),
-            jump(JSET_K, NAMESPACE_FLAGS, 2, 0),
-            jump(JSET_K, libc::CLONE_THREAD as u32, 0, 1),
-            stmt(RET_K, RET_ALLOW),
-            stmt(RET_K, errno(libc::EPERM)),
-        ]
-    } else {
-        vec![stmt(LD_W_ABS, OFF_ARG0), jump(JSET_K, NAMESPACE_FLAGS, 0, 1), stmt(RET_K, errno(libc::EPERM)), stmt(RET_K, RET_ALLOW)]
-    };
-    p.push(jump(JEQ_K, libc::SYS_clone as u32, 0, clone_block.len() as u8));
-    p.extend(clone_block);
+const NAMESPACE_FLAGS: [libc::c_int; 7] = [
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWCGROUP,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+];
+
+fn arg0(op: SeccompCmpOp, value: u32) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, value as u64).map_err(|e| e.to_string())
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conditions).map_err(|e| e.to_string())
+}
+
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, action: SeccompAction) -> Result<BpfProgram, String> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, ARCH).map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// Compiles the filters. `no_children`: refuse processes (keep threads) and pin signals to self.
+pub fn build(no_children: bool) -> Result<Filter, String> {
+    let mut deny: BTreeMap<i64, Vec<SeccompRule>> = denied().into_iter().map(|(_, nr)| (nr, vec![])).collect();
+    // clone(flags, ...): any namespace flag; without children, anything but a thread too. Rules of
+    // one syscall are alternatives: any that matches refuses the call.
+    let mut clone = NAMESPACE_FLAGS
+        .iter()
+        .map(|&f| rule(vec![arg0(SeccompCmpOp::MaskedEq(f as u32 as u64), f as u32)?]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut expected_slots = 0;
     if no_children {
+        clone.push(rule(vec![arg0(SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64), 0)?])?);
         #[cfg(target_arch = "x86_64")]
         for nr in [libc::SYS_fork, libc::SYS_vfork] {
-            p.push(jump(JEQ_K, nr as u32, 0, 1));
-            p.push(stmt(RET_K, errno(libc::EPERM)));
+            deny.insert(nr, vec![]);
         }
         for nr in [libc::SYS_tkill, libc::SYS_pidfd_send_signal] {
-            p.push(jump(JEQ_K, nr as u32, 0, 1));
-            p.push(stmt(RET_K, errno(libc::EPERM)));
+            deny.insert(nr, vec![]);
         }
-        // kill(pid): 0 (own group), own pid, own group; tgkill / rt_(tg)sigqueueinfo(tgid): own pid.
-        p.push(jump(JEQ_K, libc::SYS_kill as u32, 0, 6));
-        p.push(stmt(LD_W_ABS, OFF_ARG0));
-        p.push(jump(JEQ_K, 0, 3, 0));
-        slots.push((p.len(), Slot::Pid));
-        p.push(jump(JEQ_K, 0, 2, 0));
-        slots.push((p.len(), Slot::NegPid));
-        p.push(jump(JEQ_K, 0, 1, 0));
-        p.push(stmt(RET_K, errno(libc::EPERM)));
-        p.push(stmt(RET_K, RET_ALLOW));
+        // kill(pid): refused unless pid is 0 (own group), own pid or minus it (own group).
+        let ne = |k| arg0(SeccompCmpOp::Ne, k);
+        deny.insert(libc::SYS_kill, vec![rule(vec![ne(0)?, ne(PID_SENTINEL)?, ne(NEG_PID_SENTINEL)?])?]);
         for nr in [libc::SYS_tgkill, libc::SYS_rt_sigqueueinfo, libc::SYS_rt_tgsigqueueinfo] {
-            p.push(jump(JEQ_K, nr as u32, 0, 4));
-            p.push(stmt(LD_W_ABS, OFF_ARG0));
-            slots.push((p.len(), Slot::Pid));
-            p.push(jump(JEQ_K, 0, 1, 0));
-            p.push(stmt(RET_K, errno(libc::EPERM)));
-            p.push(stmt(RET_K, RET_ALLOW));
+            deny.insert(nr, vec![rule(vec![ne(PID_SENTINEL)?])?]);
+        }
+        expected_slots = 5;
+    }
+    deny.insert(libc::SYS_clone, clone);
+    let mut programs = vec![
+        compile(deny, SeccompAction::Errno(libc::EPERM as u32))?,
+        compile(BTreeMap::from([(libc::SYS_clone3, vec![])]), SeccompAction::Errno(libc::ENOSYS as u32))?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(x32_guard());
+    let mut slots = Vec::new();
+    for (p, program) in programs.iter().enumerate() {
+        for (i, ins) in program.iter().enumerate() {
+            match ins.k {
+                PID_SENTINEL => slots.push((p, i, Slot::Pid)),
+                NEG_PID_SENTINEL => slots.push((p, i, Slot::NegPid)),
+                _ => {}
+            }
         }
     }
-    p.push(stmt(RET_K, RET_ALLOW));
-    Filter { prog: p, slots }
+    if slots.len() != expected_slots || slots.iter().any(|&(p, i, _)| programs[p][i].code != JEQ_K) {
+        return Err(format!("seccomp: {} pid comparisons in the compiled filter, expected {expected_slots}", slots.len()));
+    }
+    Ok(Filter { programs, slots })
+}
+
+const JEQ_K: u16 = 0x15;
+
+/// The hand-written part (see the module docs): x32 syscall numbers kill the process.
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20;
+    const JGE_K: u16 = 0x35;
+    const RET_K: u16 = 0x06;
+    let ins = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+    vec![
+        ins(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        ins(JGE_K, 0x4000_0000, 0, 1),
+        ins(RET_K, libc::SECCOMP_RET_KILL_PROCESS, 0, 0),
+        ins(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+    ]
 }
 
 /// Fills the pid slots (called in the child, on its own copy; no allocation).
-pub fn patch_pid(prog: &mut [libc::sock_filter], slots: &[(usize, Slot)], pid: i32) {
-    for &(i, slot) in slots {
-        prog[i].k = match slot {
+pub fn patch_pid(programs: &mut [BpfProgram], slots: &[(usize, usize, Slot)], pid: i32) {
+    for &(p, i, slot) in slots {
+        programs[p][i].k = match slot {
             Slot::Pid => pid as u32,
             Slot::NegPid => pid.wrapping_neg() as u32,
         };
@@ -184,73 +212,50 @@ pub fn patch_pid(prog: &mut [libc::sock_filter], slots: &[(usize, Slot)], pid: i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf;
 
-    /// A tiny BPF interpreter for the instructions `build` emits, to check jumps land right.
-    fn run(prog: &[libc::sock_filter], arch: u32, nr: i64, arg0: u64) -> u32 {
-        let mut pc = 0usize;
-        let mut acc = 0u32;
-        loop {
-            let ins = prog[pc];
-            match ins.code {
-                LD_W_ABS => {
-                    acc = match ins.k {
-                        OFF_NR => nr as u32,
-                        OFF_ARCH => arch,
-                        OFF_ARG0 => arg0 as u32,
-                        k => panic!("load at {k}"),
-                    };
-                    pc += 1;
-                }
-                JEQ_K | JGE_K | JSET_K => {
-                    let hit = match ins.code {
-                        JEQ_K => acc == ins.k,
-                        JGE_K => acc >= ins.k,
-                        _ => acc & ins.k != 0,
-                    };
-                    pc += 1 + if hit { ins.jt } else { ins.jf } as usize;
-                }
-                RET_K => return ins.k,
-                c => panic!("opcode {c:#x}"),
-            }
-        }
+    const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+    fn run(f: &Filter, nr: libc::c_long, a: u64) -> u32 {
+        bpf::verdict(&f.programs, bpf::AUDIT_ARCH, nr as u32, [a, 0, 0, 0, 0, 0])
     }
-
-    const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
 
     #[test]
     fn namespaced_filter_refuses_sockets_and_namespaces_only() {
-        let f = build(false);
+        let f = build(false).unwrap();
         assert!(f.slots.is_empty());
-        let run = |nr, a| run(&f.prog, AUDIT_ARCH, nr, a);
-        assert_eq!(run(libc::SYS_socket, 2), EPERM);
-        assert_eq!(run(libc::SYS_ptrace, 0), EPERM);
-        assert_eq!(run(libc::SYS_read, 0), RET_ALLOW);
-        assert_eq!(run(libc::SYS_execve, 0), RET_ALLOW);
-        assert_eq!(run(libc::SYS_clone, libc::SIGCHLD as u64), RET_ALLOW);
-        assert_eq!(run(libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64), EPERM);
-        assert_eq!(run(libc::SYS_clone3, 0), RET_ERRNO | libc::ENOSYS as u32);
-        assert_eq!(run(libc::SYS_kill, 1), RET_ALLOW);
-        assert_eq!(self::run(&f.prog, 0x4000_0003, libc::SYS_read, 0), RET_KILL_PROCESS);
+        assert_eq!(run(&f, libc::SYS_socket, 2), EPERM);
+        assert_eq!(run(&f, libc::SYS_ptrace, 0), EPERM);
+        assert_eq!(run(&f, libc::SYS_read, 0), ALLOW);
+        assert_eq!(run(&f, libc::SYS_execve, 0), ALLOW);
+        assert_eq!(run(&f, libc::SYS_clone, libc::SIGCHLD as u64), ALLOW);
+        assert_eq!(run(&f, libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64), EPERM);
+        assert_eq!(run(&f, libc::SYS_clone3, 0), libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+        assert_eq!(run(&f, libc::SYS_kill, 1), ALLOW);
+        assert_eq!(bpf::verdict(&f.programs, 0x4000_0003, libc::SYS_read as u32, [0; 6]), libc::SECCOMP_RET_KILL_PROCESS);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(run(&f, 0x4000_0000 | libc::SYS_socket, 2), libc::SECCOMP_RET_KILL_PROCESS);
     }
 
     #[test]
     fn fallback_filter_allows_threads_and_signals_to_self_only() {
-        let mut f = build(true);
-        patch_pid(&mut f.prog, &f.slots, 4242);
-        let run = |nr, a| run(&f.prog, AUDIT_ARCH, nr, a);
+        let mut f = build(true).unwrap();
+        patch_pid(&mut f.programs, &f.slots, 4242);
         let thread = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
-        assert_eq!(run(libc::SYS_clone, thread), RET_ALLOW);
-        assert_eq!(run(libc::SYS_clone, libc::SIGCHLD as u64), EPERM);
+        assert_eq!(run(&f, libc::SYS_clone, thread), ALLOW);
+        assert_eq!(run(&f, libc::SYS_clone, libc::SIGCHLD as u64), EPERM);
+        assert_eq!(run(&f, libc::SYS_clone, thread | libc::CLONE_NEWPID as u64), EPERM);
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(run(libc::SYS_fork, 0), EPERM);
-        assert_eq!(run(libc::SYS_kill, 0), RET_ALLOW);
-        assert_eq!(run(libc::SYS_kill, 4242), RET_ALLOW);
-        assert_eq!(run(libc::SYS_kill, (-4242i32) as u32 as u64), RET_ALLOW);
-        assert_eq!(run(libc::SYS_kill, 1), EPERM);
-        assert_eq!(run(libc::SYS_kill, u32::MAX as u64), EPERM); // -1: everyone
-        assert_eq!(run(libc::SYS_tgkill, 4242), RET_ALLOW);
-        assert_eq!(run(libc::SYS_tgkill, 4243), EPERM);
-        assert_eq!(run(libc::SYS_socket, 1), EPERM);
-        assert_eq!(run(libc::SYS_write, 1), RET_ALLOW);
+        assert_eq!(run(&f, libc::SYS_fork, 0), EPERM);
+        assert_eq!(run(&f, libc::SYS_kill, 0), ALLOW);
+        assert_eq!(run(&f, libc::SYS_kill, 4242), ALLOW);
+        assert_eq!(run(&f, libc::SYS_kill, (-4242i32) as u32 as u64), ALLOW);
+        assert_eq!(run(&f, libc::SYS_kill, 1), EPERM);
+        assert_eq!(run(&f, libc::SYS_kill, u32::MAX as u64), EPERM); // -1: everyone
+        assert_eq!(run(&f, libc::SYS_tgkill, 4242), ALLOW);
+        assert_eq!(run(&f, libc::SYS_tgkill, 4243), EPERM);
+        assert_eq!(run(&f, libc::SYS_socket, 1), EPERM);
+        assert_eq!(run(&f, libc::SYS_write, 1), ALLOW);
     }
 }

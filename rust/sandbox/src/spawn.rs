@@ -61,8 +61,8 @@ pub struct Request<'a> {
 pub struct Isolation<'a> {
     pub namespaces: Option<&'a SharedNamespaces>,
     pub landlock: Option<RawFd>,
-    /// The seccomp program (this execution's own copy: the child patches its pid slots).
-    pub seccomp: Option<(&'a mut [libc::sock_filter], &'a [(usize, crate::seccomp::Slot)])>,
+    /// The seccomp programs (this execution's own copy: the child patches its pid slots).
+    pub seccomp: Option<(&'a mut [Vec<crate::seccomp::sock_filter>], &'a [(usize, usize, crate::seccomp::Slot)])>,
     pub drop_capabilities: bool,
 }
 
@@ -109,9 +109,9 @@ struct Plan {
     uid_map: CString,
     gid_map: CString,
     landlock: RawFd,
-    filter: *mut libc::sock_filter,
-    filter_len: usize,
-    slots: *const (usize, crate::seccomp::Slot),
+    filters: *mut Vec<crate::seccomp::sock_filter>,
+    n_filters: usize,
+    slots: *const (usize, usize, crate::seccomp::Slot),
     n_slots: usize,
     drop_capabilities: bool,
     err_fd: RawFd,
@@ -230,13 +230,16 @@ extern "C" fn execution(arg: *mut libc::c_void) -> libc::c_int {
             }
         }
         close_other_fds(plan.n_stdio as u32, plan.err_fd);
-        if !plan.filter.is_null() {
-            let prog = std::slice::from_raw_parts_mut(plan.filter, plan.filter_len);
+        if !plan.filters.is_null() {
+            let programs = std::slice::from_raw_parts_mut(plan.filters, plan.n_filters);
             let slots = std::slice::from_raw_parts(plan.slots, plan.n_slots);
-            crate::seccomp::patch_pid(prog, slots, libc::getpid());
-            let fprog = libc::sock_fprog { len: plan.filter_len as u16, filter: plan.filter };
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const libc::sock_fprog, 0, 0) != 0 {
-                return fail(plan, 14);
+            crate::seccomp::patch_pid(programs, slots, libc::getpid());
+            // seccompiler's installer is a prctl and a seccomp syscall on the borrowed program
+            // (no allocation, no locks; its error carries the OS error, errno stays set).
+            for program in programs.iter() {
+                if seccompiler::apply_filter(program).is_err() {
+                    return fail(plan, 14);
+                }
             }
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -291,8 +294,8 @@ pub fn spawn(req: Request<'_>, stacks: &mut Stacks) -> Result<Child, String> {
         uid_map: CString::new(format!("{INNER_ID} {euid} 1")).unwrap(),
         gid_map: CString::new(format!("{INNER_ID} {egid} 1")).unwrap(),
         landlock: -1,
-        filter: std::ptr::null_mut(),
-        filter_len: 0,
+        filters: std::ptr::null_mut(),
+        n_filters: 0,
         slots: std::ptr::null(),
         n_slots: 0,
         drop_capabilities: false,
@@ -307,9 +310,9 @@ pub fn spawn(req: Request<'_>, stacks: &mut Stacks) -> Result<Child, String> {
             plan.ns_fds = [ns.user.as_raw_fd(), ns.mnt.as_raw_fd(), ns.net.as_raw_fd()];
         }
         plan.landlock = iso.landlock.unwrap_or(-1);
-        if let Some((prog, slots)) = iso.seccomp {
-            plan.filter = prog.as_mut_ptr();
-            plan.filter_len = prog.len();
+        if let Some((programs, slots)) = iso.seccomp {
+            plan.filters = programs.as_mut_ptr();
+            plan.n_filters = programs.len();
             plan.slots = slots.as_ptr();
             plan.n_slots = slots.len();
         }
