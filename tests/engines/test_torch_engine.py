@@ -76,3 +76,25 @@ def test_a_prompt_longer_than_the_context_is_a_typed_error(engine_and_tok):
 def test_training_refuses_nucleus_sampling():
     with pytest.raises(ValueError, match="top_p must be 1.0"):
         RolloutSection(top_p=0.9)
+
+
+def test_the_prefill_computes_logits_at_the_last_position_only(tmp_path):
+    """The output layer sees one position per sequence in every forward, the prefill included
+    (no [n, prompt width, vocab] logits); the sampled tokens are the same as from full logits."""
+    import torch
+
+    from atgrpo.config import TinyModelSpec
+    from atgrpo.engines.torch_engine import TorchEngine
+    from atgrpo.models.tiny import build_tiny_model
+
+    model = load_model(build_tiny_model(TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64,
+                                                      num_heads=2, num_kv_heads=1), tmp_path))
+    widths: list[int] = []
+    model.lm_head.register_forward_hook(lambda _m, args, _out: widths.append(args[0].shape[1]))
+    engine = TorchEngine(model, policy="p", stop_token_ids=[1], pad_token_id=0)
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=5, greedy=True))
+    assert widths and set(widths) == {1}
+    with torch.no_grad():  # greedy from full logits: the same first tokens
+        full = model(input_ids=torch.tensor([prompts[0]])).logits[0, -1]
+    assert outs[0].token_ids[0] == int(full.argmax())

@@ -1,8 +1,8 @@
 """Torch rollout engine: any HF causal LM, batched sampling with a KV cache, on CPU or GPU.
 
 All prompts of a `generate` call are decoded together (in chunks of `max_batch` sequences): left
-padding, explicit position ids, one prefill, then one cached forward per new token until every
-sequence has produced a stop token or `max_new_tokens`. The engine owns its model; `load_weights`
+padding, explicit position ids, one prefill (logits of the last position only), then one cached
+forward per new token until every sequence has produced a stop token or `max_new_tokens`. The engine owns its model; `load_weights`
 copies new tensors into it in place (no reallocation), and nothing else may modify the model.
 """
 
@@ -75,8 +75,10 @@ class TorchEngine(RolloutEngine):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         stops = torch.tensor(sorted({*self.stop_token_ids, *params.stop_token_ids}), device=dev)
         cache = DynamicCache()
+        # The prefill needs the next-token logits of the last position only: not [n, width, vocab].
         logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            logits_to_keep=1,
         ).logits[:, -1]
         next_pos = positions[:, -1:] + 1
         tokens, logps = [], []
