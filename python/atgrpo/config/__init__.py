@@ -28,7 +28,7 @@ from atgrpo.config.sections import (
     TransportSection,
     WarmstartSection,
 )
-from atgrpo.config.task import GAME_TASKS, TASK_ROLES, TaskSection
+from atgrpo.config.task import GAME_TASKS, JUDGE, TASK_ROLES, TEAM_TASKS, Agent, TaskSection
 from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
 from atgrpo.config.toml_io import read_toml_data, to_toml
 
@@ -41,7 +41,9 @@ class RunConfig(Section):
     policies: dict[str, PolicySection] = Field(default_factory=lambda: {"shared": PolicySection()})
     """Policy name -> model and optimizer. One entry: one shared policy (role prompts on one model)."""
     role_policy: dict[str, str] = Field(default_factory=dict)
-    """Role -> policy name. Empty maps every role to the only policy."""
+    """Role -> policy name. Empty maps every role to the only policy. The agents of a role share its
+    policy; a key naming one agent of a team (`reasoner_2`, see `TaskSection.agents`) gives that
+    agent a policy of its own."""
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     """How samples are generated: K, sampling, grouping, engine."""
     train: TrainSection = Field(default_factory=TrainSection)
@@ -63,17 +65,30 @@ class RunConfig(Section):
                 raise ValueError("with several policies, role_policy must map every role to one of them")
             only = next(iter(self.policies))
             object.__setattr__(self, "role_policy", {r: only for r in roles})
-        missing = [r for r in roles if r not in self.role_policy]
+        agents = self.task.agents()
+        names = set(roles) | {a.name for a in agents}
+        missing = [a.name for a in agents if a.name not in self.role_policy and a.role not in self.role_policy]
         unknown = {p for p in self.role_policy.values() if p not in self.policies}
-        if missing or unknown:
-            raise ValueError(f"role_policy: roles without a policy {missing}, unknown policies {sorted(unknown)}")
-        unused = set(self.policies) - {self.role_policy[r] for r in roles}
+        strangers = sorted(set(self.role_policy) - names)
+        if missing or unknown or strangers:
+            raise ValueError(
+                f"role_policy: roles without a policy {missing}, unknown policies {sorted(unknown)}, "
+                f"keys that are neither a role nor an agent {strangers}"
+            )
+        unused = set(self.policies) - set(self.agent_policy().values())
         if unused:
             raise ValueError(f"policies {sorted(unused)} serve no role")
         return self
 
+    def agent_policy(self) -> dict[str, str]:
+        """Agent name -> policy, agents in turn order: the agent's own entry of `role_policy`, else its role's."""
+        rp = self.role_policy
+        return {a.name: rp.get(a.name, rp.get(a.role, "")) for a in self.task.agents()}
+
     def roles_of(self, policy: str) -> list[str]:
-        return [r for r in self.task.roles or [] if self.role_policy[r] == policy]
+        """The roles with at least one agent on `policy`."""
+        on = {a.role for a in self.task.agents() if self.agent_policy()[a.name] == policy}
+        return [r for r in self.task.roles or [] if r in on]
 
     def to_toml(self) -> str:
         """The fully resolved config as TOML; `load_config` reads it back to an equal `RunConfig`."""
@@ -92,6 +107,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 __all__ = [
     "GAME_TASKS",
+    "JUDGE",
+    "TEAM_TASKS",
+    "Agent",
     "TASK_ENV",
     "TASK_ROLES",
     "EnvParams",
