@@ -38,6 +38,8 @@ class Sample(msgspec.Struct, array_like=True):
     """The policy version whose weights produced it; the hub checks it in one place."""
     step: int
     role: str
+    """The agent that sampled it: its role, or `<role>_<i>` for one of several agents of a role (math
+    teams, `TaskSection.agents`); `key.agent` is that agent's index."""
     key: GroupKey
     prompt_ids: list[int]
     response_ids: list[int]

@@ -59,7 +59,7 @@ RECONNECT_PROBE_S = 5.0
 def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
     engine, tokenizer = open_engine(
         policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=rollout_dtype(cfg), version=-1,
-        engines_per_process=len(set(cfg.role_policy.values())),
+        engines_per_process=len(set(cfg.agent_policy().values())),
     )
     return PolicyHandle(engine=engine, tokenizer=tokenizer)
 
@@ -75,7 +75,7 @@ class Actor:
             curve_keys=tp.curve_keys, curve_actor=tp.curve_actor,
         )
         self.workflow = make_workflow(cfg)
-        self.policies = sorted(set(cfg.role_policy.values()))
+        self.policies = sorted(set(cfg.agent_policy().values()))
         self.handles: dict[str, PolicyHandle] = {}
         self.idle_s = 0.0
         self.sync_s = 0.0

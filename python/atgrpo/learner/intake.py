@@ -62,8 +62,10 @@ class IntakeLimits:
     """What every sample and unit of a run is checked against (from the config and the models)."""
 
     roles: tuple[str, ...]
-    """`task.roles` in turn order: a sample's agent index is its role's position here."""
+    """The agents' names in turn order (`task.agents()`; for a team of one per role, `task.roles`):
+    a sample's agent index is the position of its `role` (the agent's name) here."""
     role_policy: Mapping[str, str]
+    """Agent name -> policy (`RunConfig.agent_policy()`)."""
     policies: Mapping[str, PolicyLimits]
     turns: int
     """`task.turns`: every key's turn is below it."""
@@ -81,14 +83,14 @@ class IntakeLimits:
     def from_config(cls, cfg: RunConfig, policies: Mapping[str, PolicyLimits]) -> IntakeLimits:
         ro = cfg.rollout
         return cls(
-            roles=tuple(cfg.task.roles or ()), role_policy=dict(cfg.role_policy), policies=dict(policies),
+            roles=tuple(a.name for a in cfg.task.agents()), role_policy=cfg.agent_policy(), policies=dict(policies),
             turns=cfg.task.turns, k=ro.k, tree=ro.sampling == "tree", trajectory=ro.grouping == "trajectory",
             max_new_tokens=ro.max_new_tokens, micro_batch_tokens=cfg.train.micro_batch_tokens,
         )
 
     @property
     def samples_per_env(self) -> int:
-        """Most samples one env of a unit can yield: K branches, every role, every turn."""
+        """Most samples one env of a unit can yield: K branches, every agent, every turn."""
         return self.k * len(self.roles) * self.turns
 
 

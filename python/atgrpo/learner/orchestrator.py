@@ -201,6 +201,8 @@ def rollout_metrics(data: StepData) -> dict[str, float]:
         out["rollout/response_len_mean"] = float(np.mean([len(s.response_ids) for s in samples]))
         out["rollout/truncated_frac"] = float(np.mean([s.truncated_response for s in samples]))
         out["rollout/samples"] = float(len(samples))
+        # Grows linearly with the team: K x agents x turns played, per env (tree sampling).
+        out["rollout/samples_per_env"] = float(len(samples)) / len({s.key.env for s in samples})
         for role in sorted({s.role for s in samples}):
             out[f"rollout/{role}/reward_mean"] = float(np.mean([s.reward for s in samples if s.role == role]))
         if data.staleness:

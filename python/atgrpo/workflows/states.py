@@ -150,6 +150,10 @@ class TextStates(Generic[S]):
     def carry(self, role: str, env: int, best: int) -> None:
         self.states[env] = [self.states[env][best]] * len(self.states[env])
 
+    def describe(self, name: str, env: int, branch: int) -> dict[str, object]:
+        """What agent `name` did in branch `branch` of `env`, as the workflow reports it (transcripts)."""
+        return self.task.describe(name, self.states[env][branch])
+
     def close(self) -> None:
         """Nothing to release: the states are plain Python values."""
 
@@ -180,6 +184,10 @@ class TextWorkflow(TreeWorkflow, Generic[S]):
         """Apply each (problem, state, candidate text); one `Outcome` per item, in order. Never raises
         for anything the model wrote."""
         raise NotImplementedError
+
+    def describe(self, name: str, state: S) -> dict[str, object]:
+        """What agent `name` did in `state`, as plain JSON values (transcripts); nothing by default."""
+        return {}
 
     # -- shared -----------------------------------------------------------------------------------
     def problems(self, split: str) -> Sequence[Any]:

@@ -1,7 +1,8 @@
 """The one turn loop of every workflow: AT-GRPO's tree sampling (python/atgrpo/ALGORITHM.md, "One
 training step").
 
-For each turn, for each role in order, over the branches still live:
+For each turn, for each agent in order (`task.agents()`: each role's instances; a team of one per
+role is its roles), over the branches still live:
 prompts -> generate (K candidates per env) -> apply each candidate to its own branch -> rewards ->
 one group of samples keyed (env, agent, turn) -> tree selection. The loop holds the bookkeeping
 (`Branches`: done, success, return, turns per env and branch); a workflow supplies the states
@@ -10,7 +11,11 @@ one group of samples keyed (env, agent, turn) -> tree selection. The loop holds 
 Invariants:
 - The states a candidate is applied to are the ones its prompt came from, and rewards, `done` and
   selection are read from them: there is no second copy of a branch.
-- Group keys use the env's own index, `unit.env_offset + e`: K different envs never share a group.
+- Group keys use the env's own index, `unit.env_offset + e`: K different envs never share a group,
+  and the agent's own index in `task.agents()`: two instances of one role never share a group.
+  Samples carry the agent's name as their `role` and the policy `cfg.agent_policy()` gives it.
+- States are addressed by agent name (`UnitStates.prompt_texts(name, ...)`); for a team of one per
+  role the names are the roles, so workflows that know no teams see what they always saw.
 - Roles act in turn order and each generates only after the previous role's choice has been carried
   into every branch, so the next role sees the chosen answer and its K candidates differ.
 - Tree mode (the default): after each role, the best candidate of each env (highest reward, ties to
@@ -27,7 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +47,7 @@ from atgrpo.workflows.prompts import encode_prompt
 
 Live = list[tuple[int, int]]
 """The (env, branch) pairs a role acts on, envs ascending, then branches ascending."""
+StepSink = Callable[[WorkUnit, str, int, Live, list[str], "UnitStates"], None]
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,12 @@ class TreeWorkflow:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.roles: list[str] = list(cfg.task.roles or ())
+        self.agents = cfg.task.agents()
+        self.agent_names = [a.name for a in self.agents]
+        self.agent_policy = cfg.agent_policy()
+        self.on_step: StepSink | None = None
+        """Called after every agent's step with (unit, agent, turn, live, answer texts, states), before
+        tree selection (`atgrpo-eval --transcripts`); None in training."""
         self.turns = cfg.task.turns
         self.use_chat_template = cfg.task.prompts == "paper"
 
@@ -236,11 +248,11 @@ class TreeWorkflow:
             samples: list[Sample] = []
             call = 0
             for turn in range(self.turns):
-                for agent, role in enumerate(self.roles):
+                for agent, role in enumerate(self.agent_names):
                     live = branches.live()
                     if not live:
                         break
-                    policy = self.cfg.role_policy[role]
+                    policy = self.agent_policy[role]
                     handle = policies[policy]
                     t0 = time.perf_counter()
                     texts = states.prompt_texts(role, live, turn)
@@ -253,6 +265,8 @@ class TreeWorkflow:
                     answers = answer_texts(handle.tokenizer, outs, ro.truncated_is_invalid)
                     t0 = time.perf_counter()
                     out = states.apply(role, live, turn, answers)
+                    if self.on_step is not None:
+                        self.on_step(unit, role, turn, live, answers, states)
                     if out.episode:
                         branches.record(live, turn, out)
                     if tree:
@@ -281,6 +295,6 @@ class TreeWorkflow:
 
 
 __all__ = [
-    "Branches", "Live", "Outcomes", "TreeWorkflow", "UnitStates", "answer_texts", "engine_seed", "env_results",
+    "Branches", "Live", "Outcomes", "StepSink", "TreeWorkflow", "UnitStates", "answer_texts", "engine_seed", "env_results",
     "make_group", "regroup_trajectories", "select", "unit_sampling",
 ]
