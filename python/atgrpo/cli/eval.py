@@ -3,16 +3,20 @@
     atgrpo-eval --task code --model /models/qwen3-1.7b --prompts paper                 # greedy, shipped set
     atgrpo-eval --task math --dataset gsm8k/test.jsonl --format gsm8k --limit 200 --model M --roles reasoner
     atgrpo-eval --task code --model M --role-model tester=/models/tester --samples 8 --k 1,4,8 --out r.json
+    atgrpo-eval --task math --dataset gsm8k/test.jsonl --limit 20 --model M --team reasoner=3,tool=1,judge=1 \
+        --transcripts team.jsonl
     atgrpo-eval envs/sudoku/task.toml --model M --seeds 100                              # games: eval seeds
 
 The workflow is the training one (`make_workflow`), with the roles of the config or `--roles`
-(one role: the single-agent baseline). Greedy decoding (default) rolls out one episode per problem;
+(one role: the single-agent baseline), or a team of several agents per role with `--team` (math:
+`reasoner=N,tool=M,judge=1`; see README "Teams"). Greedy decoding (default) rolls out one episode per problem;
 `--samples n` rolls out n independent episodes (parallel sampling) at `--temperature` and reports
 pass@k for each `--k` (unbiased estimator, k <= n). Accuracy is the mean success over all episodes
 (pass@1). Problems: code/math use the eval dataset (`--dataset`, default the task pack's set), games
 use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine, or vLLM with
 `--engine vllm`.
-Results are printed as a table and, with `--out`, written as JSON. Exit status 2 on bad arguments.
+Results are printed as a table and, with `--out`, written as JSON; `--transcripts PATH` writes what
+every agent said on each problem as JSONL (`atgrpo.cli.transcripts`). Exit status 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from atgrpo.cli.transcripts import Recorder, write_jsonl
 from atgrpo.config import GAME_TASKS, RunConfig, load_config
 from atgrpo.errors.runtime import EvalError, ModelImportError
 from atgrpo.models.importer import resolve_model_path
@@ -45,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override; repeatable")
     p.add_argument("--task", choices=["planpath", "sokoban", "sudoku", "code", "math"])
     p.add_argument("--roles", help="comma-separated roles in turn order (one role: single-agent baseline)")
+    p.add_argument("--team", help="agents per role, e.g. reasoner=3,tool=1,judge=1 (math; replaces --roles)")
     p.add_argument("--model", help="HF-format folder for every role without --role-model (@smollm2: the cached SmolLM2)")
-    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role; repeatable")
+    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role or one agent of a team (reasoner_2); repeatable")
     p.add_argument("--dataset", help="code/math problem file (default: the task pack's problems.jsonl)")
     p.add_argument("--format", default=None, help="dataset format (default: auto)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
@@ -64,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=16, help="problems per workflow call")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--transcripts", metavar="PATH", help="write every problem's transcript (all agents' turns, verdict) as JSONL")
     return p
 
 
@@ -78,9 +85,15 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
     if args.task and args.task != task["task"]:
         task["task"] = args.task
         task["roles"] = None  # the new task's default roles
+        task["team"] = None
         task["env"] = None  # and its default env parameters
+    if args.roles and args.team:
+        raise EvalError("--roles and --team both name the agents: give one")
     if args.roles:
         task["roles"] = [r.strip() for r in args.roles.split(",") if r.strip()]
+        task["team"] = None
+    if args.team:
+        task["roles"], task["team"] = None, parse_team(args.team)
     for key, val in (("dataset", args.dataset), ("eval_dataset", args.dataset), ("dataset_format", args.format),
                      ("turns", args.turns), ("prompts", args.prompts)):
         if val is not None:
@@ -96,14 +109,16 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
             ro[key] = val
     data["train"]["dtype"] = args.dtype
     try:
-        roles = RunConfig.model_validate({"task": task}).task.roles or []
+        task_cfg = RunConfig.model_validate({"task": task}).task
     except ValueError as exc:
         raise EvalError(f"config error: {exc}") from exc
+    roles = task_cfg.roles or []
+    names_ok = list(dict.fromkeys([*roles, *(a.name for a in task_cfg.agents())]))
     folders: dict[str, str] = {}
     for item in args.role_model:
         role, sep, path = item.partition("=")
-        if not sep or role not in roles or not path:
-            raise EvalError(f"--role-model {item!r}: expected ROLE=PATH with ROLE one of {roles}")
+        if not sep or role not in names_ok or not path:
+            raise EvalError(f"--role-model {item!r}: expected ROLE=PATH with ROLE one of {names_ok}")
         folders[role] = path
     for role in roles:
         if role not in folders:
@@ -118,11 +133,22 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
     paths = sorted(set(folders.values()))
     names = {path: f"m{i}" for i, path in enumerate(paths)}
     data["policies"] = {names[p]: {"path": p} for p in paths}
-    data["role_policy"] = {r: names[folders[r]] for r in roles}
+    data["role_policy"] = {r: names[path] for r, path in folders.items()}
     try:
         return RunConfig.model_validate(data), folders
     except ValueError as exc:
         raise EvalError(f"config error: {exc}") from exc
+
+
+def parse_team(spec: str) -> dict[str, int]:
+    """`reasoner=3,tool=1,judge=1` -> {"reasoner": 3, "tool": 1, "judge": 1}."""
+    team: dict[str, int] = {}
+    for item in (x.strip() for x in spec.split(",")):
+        role, sep, count = item.partition("=")
+        if not sep or not role.strip() or not count.strip().isdigit() or role.strip() in team:
+            raise EvalError(f"--team {spec!r}: expected ROLE=COUNT,... with each role once (e.g. reasoner=3,tool=1,judge=1)")
+        team[role.strip()] = int(count)
+    return team
 
 
 def ks_of(spec: str | None, n: int) -> list[int]:
@@ -150,6 +176,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     ks = ks_of(args.k, n)
     greedy = n == 1 and args.temperature is None
     wf = make_workflow(cfg)
+    recorder = Recorder() if args.transcripts else None
+    wf.on_step = recorder  # type: ignore[attr-defined]
+    probs = None
     try:
         if cfg.task.task in GAME_TASKS:
             count = args.seeds if args.seeds is not None else cfg.run.eval_seeds
@@ -176,6 +205,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         correct = [0] * count
         for env in envs:
             correct[env.env] += int(env.success)
+        if recorder is not None:
+            write_jsonl(args.transcripts, recorder.records(probs, ids, envs))
     finally:
         close = getattr(wf, "close", None)
         if close is not None:
@@ -184,6 +215,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "task": cfg.task.task,
         "roles": list(cfg.task.roles or []),
+        "agents": [a.name for a in cfg.task.agents()],
         "models": folders,
         "dataset": cfg.task.eval_dataset or cfg.task.dataset if cfg.task.task not in GAME_TASKS else None,
         "problems": count,
@@ -201,6 +233,7 @@ def format_table(res: dict[str, Any]) -> str:
     rows = [
         ("task", res["task"]),
         ("roles", ", ".join(res["roles"])),
+        ("agents", str(len(res["agents"]))),
         ("models", ", ".join(f"{r}={p}" for r, p in res["models"].items())),
         ("problems", str(res["problems"])),
         ("decoding", f"{res['decoding']}, {res['samples_per_problem']} per problem"),

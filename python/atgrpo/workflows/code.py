@@ -277,3 +277,8 @@ class CodeWorkflow(TextWorkflow[CodeState]):
 
     def initial_state(self, problem: CodeProblem) -> CodeState:
         return CodeState()
+
+    def describe(self, name: str, state: CodeState) -> dict[str, object]:
+        """The team's program and tests in `state` (for transcripts): both agents' latest outputs."""
+        tests = [t if isinstance(t, str) else {"input": t.input, "output": t.output} for t in state.tests]
+        return {"program": state.code, "tests": tests, "pass_rate": state.gt_rate, "mismatches": list(state.mismatches)}
