@@ -66,7 +66,8 @@ class RunConfig(Section):
             only = next(iter(self.policies))
             object.__setattr__(self, "role_policy", {r: only for r in roles})
         agents = self.task.agents()
-        names = set(roles) | {a.name for a in agents}
+        # Keys of the task's other roles are let be (one file may serve several line-ups), as before teams.
+        names = TASK_ROLES[self.task.task][1] | {a.name for a in agents}
         missing = [a.name for a in agents if a.name not in self.role_policy and a.role not in self.role_policy]
         unknown = {p for p in self.role_policy.values() if p not in self.policies}
         strangers = sorted(set(self.role_policy) - names)
