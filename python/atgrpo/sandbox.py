@@ -177,6 +177,9 @@ class Isolation:
     child_processes: bool
     capabilities_dropped: bool
     rlimits: bool
+    zygote: bool
+    """Function programs fork from a per-worker interpreter started ahead inside the sandbox
+    (false: two interpreter starts per program, where the zygote failed its self-test)."""
     missing: tuple[str, ...]
     """Layers this machine could not give: "namespaces", "landlock", "landlock_scopes", "seccomp",
     "readonly_root" (empty with full isolation). Never empty without `warning` saying why."""

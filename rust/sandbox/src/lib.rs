@@ -8,6 +8,8 @@
 //!         harness.py <-> protocol  every test of the start in one checker, results on fd 4
 //!         candidate.py             function mode: the program in its own process, called by the
 //!                                  checker over a pipe pair, answering in plain data (codec.py)
+//!         zygote.rs / zygote.py    function mode, isolated: both processes are forks of the
+//!                                  worker's zygote, an interpreter started ahead in the sandbox
 //! ```
 //!
 //! Isolation layers (see `pool::IsolationReport` for what a given machine got): per-execution
@@ -52,6 +54,7 @@ mod seccomp;
 mod session;
 mod spawn;
 mod sys;
+mod zygote;
 
 pub use config::SandboxConfig;
 pub use error::{Result, SandboxError};

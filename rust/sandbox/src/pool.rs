@@ -26,7 +26,7 @@ use crate::error::{Result, SandboxError};
 use crate::landlock::{self, Fence};
 use crate::namespaces;
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
-use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS};
+use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS, ZYGOTE};
 use crate::run::{Isolation, Shared, Worker};
 use crate::seccomp;
 use crate::spawn::Stacks;
@@ -53,6 +53,9 @@ pub struct IsolationReport {
     /// Root without namespaces: the capability bounding set is dropped before exec.
     pub capabilities_dropped: bool,
     pub rlimits: bool,
+    /// Function-mode starts fork from a per-worker zygote (an interpreter started ahead, inside the
+    /// sandbox) instead of starting two interpreters; false where the zygote failed its self-test.
+    pub zygote: bool,
     /// The layers this machine could not give (empty with full isolation, and for "none").
     pub missing: Vec<Missing>,
     /// Why the sandbox runs with less than full isolation, if it does (set whenever `missing` is
@@ -178,18 +181,37 @@ fn seccomp_available() -> bool {
 
 /// Runs a trivial program through the chosen isolation, with generous time limits (a tight
 /// `timeout_s` on a loaded machine must not pass for "this kernel cannot sandbox").
-fn self_test(shared: &mut Shared) -> std::result::Result<(), String> {
+/// The filter program a zygote's child adds (the deny list with `no_children`), as the bytes of its
+/// `sock_filter`s and its pid slots, for `zygote.py` to patch and install.
+fn child_filter(filter: Option<seccomp::Filter>) -> Option<(Vec<u8>, Vec<(usize, u8)>)> {
+    let f = filter?;
+    let bytes = f.programs[0].iter().flat_map(|i| [&i.code.to_le_bytes()[..], &[i.jt, i.jf], &i.k.to_le_bytes()].concat()).collect();
+    let slots = f.slots.iter().map(|&(_, i, slot)| (i, u8::from(slot == seccomp::Slot::NegPid))).collect();
+    Some((bytes, slots))
+}
+
+/// Whether the self-test ran in a zygote (`Ok(true)`); a zygote that fails turns them off.
+fn self_test(shared: &mut Shared) -> std::result::Result<bool, String> {
+    let zygote = self_test_once(shared)?;
+    if shared.use_zygote && !zygote {
+        shared.use_zygote = false;
+    }
+    Ok(zygote)
+}
+
+fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
     let program = Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
     let stacks = Stacks::new().map_err(|e| e.to_string())?;
     let limits = (shared.cfg.timeout_s, shared.cfg.program_timeout_s);
     shared.cfg.timeout_s = limits.0.max(30.0);
     shared.cfg.program_timeout_s = limits.1.max(30.0);
-    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0 };
+    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None };
     let result = worker.run(&program);
+    let zygote = worker.zygote.take().is_some();
     (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
     let t = &result.tests[0];
     if t.verdict == Verdict::Passed {
-        return Ok(());
+        return Ok(zygote);
     }
     let tail: String = t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     Err(format!("self-test program got {}: {} {}", t.verdict.as_str(), t.detail, tail).trim_end().to_string())
@@ -206,8 +228,9 @@ impl Sandbox {
         let python_path = cfg.resolve_python()?;
         let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
         let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(BOOT).unwrap()].to_vec();
-        let mut compiled = compile_scripts(&python_path, &[HARNESS, CANDIDATE])?.into_iter();
-        let (harness_code, candidate_code) = (compiled.next().unwrap_or_default(), compiled.next().unwrap_or_default());
+        let mut compiled = compile_scripts(&python_path, &[HARNESS, CANDIDATE, ZYGOTE])?.into_iter();
+        let mut next = || compiled.next().unwrap_or_default();
+        let (harness_code, candidate_code, zygote_code) = (next(), next(), next());
         let work_root = make_work_root(&cfg)?;
         let isolated = !cfg.unsafe_no_isolation;
         let abi = if isolated { kernel.landlock_abi } else { 0 };
@@ -233,6 +256,7 @@ impl Sandbox {
             child_processes: !isolated,
             capabilities_dropped: false,
             rlimits: isolated,
+            zygote: false,
             missing: Vec::new(),
             warning: None,
             python: python_path.display().to_string(),
@@ -248,6 +272,10 @@ impl Sandbox {
             fence,
             filter: None,
             drop_capabilities: false,
+            zygote_code,
+            zygote_filter: None,
+            child_filter: None,
+            use_zygote: false,
         };
         if !isolated {
             report.warning = Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
@@ -270,8 +298,12 @@ impl Sandbox {
                     // RLIMIT_NPROC never applies to uid 0 (the kernel exempts root's user_struct,
                     // whatever the user namespace), so as root children cannot be counted: refuse them.
                     shared.filter = filter(is_root)?;
+                    shared.zygote_filter = filter(false)?;
+                    shared.child_filter = child_filter(if is_root { filter(true)? } else { None });
+                    shared.use_zygote = true;
                     match self_test(&mut shared) {
-                        Ok(()) => {
+                        Ok(zygote) => {
+                            report.zygote = zygote;
                             report.mode = "namespaces";
                             report.per_execution_namespaces = true;
                             report.shared_namespaces = true;
@@ -309,8 +341,11 @@ impl Sandbox {
         }
         shared.isolation = Isolation::Fallback;
         shared.filter = filter(true)?;
+        shared.zygote_filter = filter(false)?;
+        shared.child_filter = child_filter(filter(true)?);
+        shared.use_zygote = true;
         shared.drop_capabilities = is_root;
-        self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
+        report.zygote = self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
         report.mode = "fallback";
         report.capabilities_dropped = is_root;
         report.missing.push(Missing::Namespaces);
@@ -411,7 +446,7 @@ fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
         Ok(s) => Some(s),
         Err(_) => None,
     };
-    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0 });
+    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0, zygote: None });
     loop {
         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
         let Ok((i, program, reply)) = job else { return };

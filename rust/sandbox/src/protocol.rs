@@ -21,6 +21,8 @@
 pub const HARNESS: &str = concat!(include_str!("codec.py"), include_str!("remote.py"), include_str!("harness.py"));
 /// The program's own process in function mode.
 pub const CANDIDATE: &str = concat!(include_str!("codec.py"), include_str!("candidate.py"));
+/// A worker's zygote (`zygote.rs`): forks the two processes above from one warm interpreter.
+pub const ZYGOTE: &str = include_str!("zygote.py");
 /// Every start runs this line (`python -I -S -c BOOT`): fd 3 first brings `len:u32` and the
 /// script's code, compiled once per sandbox by the same interpreter (`marshal`), so that a start
 /// pays for unmarshalling it (well under 1 ms) instead of compiling ~500 lines (~5-10 ms of CPU).

@@ -9,13 +9,17 @@
 //! `max_starts` starts and `program_timeout_s`; tests left over are `skipped`. A program that fails
 //! before it has loaded (syntax error, loop at module level) fails every remaining test at once.
 //!
+//! Function mode with isolation forks both processes from the worker's zygote (`zygote.rs`) instead
+//! of starting two interpreters; stdio mode, and the unisolated reference, spawn as before.
+//!
 //! Kill: SIGKILL through the pidfd. With namespaces the process is its pid namespace's init, so the
 //! kernel kills every process it left (detached grandchildren included) before the wait returns.
 //! Without, the program cannot have children (seccomp) and its process group is killed as well,
 //! while the leader is still an unreaped zombie (so the group id cannot have been reused).
 
+use std::cell::Cell;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,6 +32,7 @@ use crate::seccomp::Filter;
 use crate::session::{Capture, Io, Session, Stop};
 use crate::spawn::{self, Request, Stacks};
 use crate::sys::{self, ExitInfo};
+use crate::zygote::Zygote;
 
 /// How executions are isolated (decided once per sandbox, see `pool`).
 pub enum Isolation {
@@ -52,6 +57,14 @@ pub struct Shared {
     pub fence: Option<Fence>,
     pub filter: Option<Filter>,
     pub drop_capabilities: bool,
+    /// The zygote's script (`len:u32` + marshal), its filter (child processes allowed), and the
+    /// program that each forked process adds where the path refuses children: its bytes and its
+    /// pid slots `(instruction, 0 pid | 1 -pid)`.
+    pub zygote_code: Vec<u8>,
+    pub zygote_filter: Option<Filter>,
+    pub child_filter: Option<(Vec<u8>, Vec<(usize, u8)>)>,
+    /// Whether function-mode starts fork from a zygote (isolated sandboxes).
+    pub use_zygote: bool,
 }
 
 impl Drop for Shared {
@@ -65,6 +78,36 @@ pub struct Worker<'a> {
     pub stacks: Stacks,
     pub name: String,
     pub counter: u64,
+    pub zygote: Option<Zygote>,
+}
+
+/// One process of a start: spawned by the host, or forked by the zygote (which reaps it).
+enum Proc {
+    Spawned(spawn::Child),
+    Forked { pidfd: OwnedFd, pid: i32, info: Cell<Option<Option<ExitInfo>>> },
+}
+
+impl Proc {
+    fn pidfd(&self) -> RawFd {
+        match self {
+            Proc::Spawned(c) => c.pidfd.as_raw_fd(),
+            Proc::Forked { pidfd, .. } => pidfd.as_raw_fd(),
+        }
+    }
+
+    /// How an exited process ended; a spawned one stays a zombie, a forked one is reaped by the
+    /// zygote (once: the answer is kept).
+    fn ended(&self, zygote: Option<&Zygote>) -> Option<ExitInfo> {
+        match self {
+            Proc::Spawned(c) => sys::wait_pidfd(c.pidfd.as_raw_fd(), false).ok(),
+            Proc::Forked { pid, info, .. } => {
+                if info.get().is_none() {
+                    info.set(Some(zygote.and_then(|z| z.wait(*pid))));
+                }
+                info.get().flatten()
+            }
+        }
+    }
 }
 
 impl Worker<'_> {
@@ -76,7 +119,9 @@ impl Worker<'_> {
         let mut results: Vec<Option<TestResult>> = vec![None; n];
         let mut starts = 0;
         let mut skip_reason = "not run: the program's interpreter starts were used up";
-        let workdir = match self.make_workdir() {
+        let zygote = matches!(program, Program::Function { .. }) && self.ensure_zygote();
+        let made = if zygote { Ok(self.zygote.as_ref().map(|z| z.run_dir.clone()).unwrap_or_default()) } else { self.make_workdir() };
+        let workdir = match made {
             Ok(dir) => dir,
             Err(e) => {
                 let r = TestResult::bare(Verdict::SandboxError, format!("private directory: {e}"));
@@ -90,13 +135,31 @@ impl Worker<'_> {
                 break;
             }
             starts += 1;
-            next = self.start(program, next, deadline, &workdir, &mut results);
+            next = self.start(program, next, deadline, &workdir, zygote, &mut results);
         }
-        if workdir != self.shared.work_root {
+        if zygote {
+            // Its processes are dead (every start ends with `clean`): nothing of it may remain.
+            if self.zygote.as_ref().is_some_and(|z| z.wipe().is_err()) {
+                self.zygote = None;
+            }
+        } else if workdir != self.shared.work_root {
             let _ = sys::remove_tree(&workdir);
         }
         let tests = results.into_iter().map(|r| r.unwrap_or_else(|| TestResult::bare(Verdict::Skipped, skip_reason))).collect();
         ProgramResult { tests, starts, wall_s: started.elapsed().as_secs_f64() }
+    }
+
+    /// Whether a live zygote is ready (started here if needed).
+    fn ensure_zygote(&mut self) -> bool {
+        if !self.shared.use_zygote {
+            return false;
+        }
+        if self.zygote.is_none() {
+            self.counter += 1;
+            let dir = self.shared.work_root.join(format!("{}-z{}", self.name, self.counter));
+            self.zygote = Zygote::start(self.shared, &mut self.stacks, dir).ok();
+        }
+        self.zygote.is_some()
     }
 
     fn make_workdir(&mut self) -> std::io::Result<PathBuf> {
@@ -112,7 +175,15 @@ impl Worker<'_> {
 
     /// One interpreter start from test `first`; returns the index of the first test without a
     /// verdict (`n` when all have one).
-    fn start(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, results: &mut [Option<TestResult>]) -> usize {
+    fn start(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, use_zygote: bool, results: &mut [Option<TestResult>]) -> usize {
+        let next = self.start_once(program, first, deadline, workdir, use_zygote, results);
+        if use_zygote && self.zygote.as_ref().is_none_or(|z| z.clean().is_err()) {
+            self.zygote = None; // gone or broken: the next program starts a new one
+        }
+        next
+    }
+
+    fn start_once(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, use_zygote: bool, results: &mut [Option<TestResult>]) -> usize {
         let shared = self.shared;
         let cfg = &shared.cfg;
         let n = program.num_tests();
@@ -171,8 +242,16 @@ impl Worker<'_> {
         if namespaced {
             rlimits.push((libc::RLIMIT_NPROC, cfg.max_processes));
         }
+        let zygote = if use_zygote { self.zygote.as_ref() } else { None };
+        if zygote.is_some() {
+            // One count for the zygote's user namespace (see `zygote.rs`).
+            rlimits.retain(|&(r, _)| r != libc::RLIMIT_NPROC);
+            if namespaced {
+                rlimits.push((libc::RLIMIT_NPROC, cfg.max_processes + 3));
+            }
+        }
         let ruleset = match &shared.fence {
-            Some(fence) if !matches!(shared.isolation, Isolation::None) => match fence.ruleset(workdir) {
+            Some(fence) if zygote.is_none() && !matches!(shared.isolation, Isolation::None) => match fence.ruleset(workdir) {
                 Ok(fd) => Some(fd),
                 Err(e) => return fail_all(results, format!("landlock ruleset: {e}")),
             },
@@ -191,7 +270,13 @@ impl Worker<'_> {
         let landlock = ruleset.as_ref().map(|fd| fd.as_raw_fd());
         let limits: &[(libc::__rlimit_resource_t, u64)] = if matches!(shared.isolation, Isolation::None) { &[] } else { &rlimits };
         let (env, cwd) = (&env[..], &cwd);
-        let mut spawn_one = |argv: &[CString], stdio: &[RawFd]| {
+        let stacks = &mut self.stacks;
+        let mut spawn_one = |which: u8, stdio: &[RawFd]| -> Result<Proc, String> {
+            if let Some(z) = zygote {
+                let (pidfd, pid) = z.fork(which, stdio, limits)?;
+                return Ok(Proc::Forked { pidfd, pid, info: Cell::new(None) });
+            }
+            let argv = &shared.argv[..];
             let mut filter = shared.filter.clone(); // each child patches its own pid into its copy
             let isolation = match &shared.isolation {
                 Isolation::None => None,
@@ -203,18 +288,18 @@ impl Worker<'_> {
                 }),
             };
             let request = Request { exe: &shared.python, argv, env, cwd, stdio, rlimits: limits, isolation };
-            spawn::spawn(request, &mut self.stacks)
+            spawn::spawn(request, stacks).map(Proc::Spawned)
         };
         let std3 = [devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
         // The program's process first: its start and load are the longer path.
         let program_child = match &call {
-            Some(((req_r, req_w), (_, rep_w))) => match spawn_one(&shared.argv[..], &[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
+            Some(((req_r, req_w), (_, rep_w))) => match spawn_one(b'c', &[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
                 // Its code goes first into its request pipe (blocking: it is reading), before the
-                // checker exists to write there.
-                Ok(child) => match sys::write_all(req_w.as_raw_fd(), &shared.candidate_code) {
+                // checker exists to write there (a forked one has it already).
+                Ok(child) => match if zygote.is_some() { Ok(()) } else { sys::write_all(req_w.as_raw_fd(), &shared.candidate_code) } {
                     Ok(()) => Some(child),
                     Err(e) => {
-                        reap(&child, &shared.isolation);
+                        reap(&child, &shared.isolation, zygote);
                         return fail_all(results, format!("writing the program process's code: {e}"));
                     }
                 },
@@ -226,13 +311,13 @@ impl Worker<'_> {
         if let Some(((_, req_w), (rep_r, _))) = &call {
             stdio.extend([req_w.as_raw_fd(), rep_r.as_raw_fd()]);
         }
-        let spawned = spawn_one(&shared.argv[..], &stdio[..]);
+        let spawned = spawn_one(b'h', &stdio[..]);
         drop((ctl_r, res_w, out_w, err_w, devnull, ruleset, call));
         let child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 if let Some(p) = &program_child {
-                    reap(p, &shared.isolation);
+                    reap(p, &shared.isolation, zygote);
                 }
                 return fail_all(results, format!("spawn: {e}"));
             }
@@ -248,20 +333,20 @@ impl Worker<'_> {
             expected: &expected,
             reader: RecordReader::new(nonce),
             capture: Capture::new(cfg.stderr_tail_bytes),
-            pending: [shared.harness_code.as_slice(), &control].concat(),
+            pending: if zygote.is_some() { control } else { [shared.harness_code.as_slice(), &control].concat() },
             written: 0,
             cur: first,
             loaded: false,
             case_start: Instant::now(),
         };
-        let program_fd = program_child.as_ref().map_or(-1, |c| c.pidfd.as_raw_fd());
-        let mut stop = session.pump(&io, [child.pidfd.as_raw_fd(), program_fd], deadline, results);
+        let program_fd = program_child.as_ref().map_or(-1, |c| c.pidfd());
+        let mut stop = session.pump(&io, [child.pidfd(), program_fd], deadline, results);
 
         // Whom to blame for an exit. The program's process ending makes the checker exit with
         // CHANNEL_BROKEN too, possibly first: then the program's exit (if it comes) is the cause.
         let mut blame_program = false;
         if matches!(stop, Stop::Exited) && program_fd >= 0 {
-            let checker = sys::poll_readable(child.pidfd.as_raw_fd(), 0).then(|| sys::wait_pidfd(child.pidfd.as_raw_fd(), false).ok());
+            let checker = sys::poll_readable(child.pidfd(), 0).then(|| child.ended(zygote));
             let broken = matches!(checker, Some(Some(ExitInfo { code: Some(protocol::CHANNEL_BROKEN), .. })));
             let program_ended = sys::poll_readable(program_fd, if broken { 100 } else { 0 });
             blame_program = program_ended && (checker.is_none() || broken);
@@ -269,8 +354,8 @@ impl Worker<'_> {
                 stop = Stop::Channel;
             }
         }
-        let program_info = program_child.as_ref().and_then(|p| reap(p, &shared.isolation));
-        let info = reap(&child, &shared.isolation);
+        let program_info = program_child.as_ref().and_then(|p| reap(p, &shared.isolation, zygote));
+        let info = reap(&child, &shared.isolation, zygote);
         session.drain(&io, results);
         let info = if blame_program { program_info } else { info };
         session.finish(stop, info, !blame_program, cpu_limit, results)
@@ -280,8 +365,14 @@ impl Worker<'_> {
 /// Kills what is left of one process (its pid namespace, or its process group without namespaces)
 /// and reaps it; how it ended. The leader stays a zombie until its group is killed, so the group
 /// id cannot have been reused.
-fn reap(child: &spawn::Child, isolation: &Isolation) -> Option<ExitInfo> {
-    sys::pidfd_kill(child.pidfd.as_raw_fd());
+/// A forked process is killed the same way and reaped by the zygote, whose `clean` after the start
+/// kills whatever it left.
+fn reap(proc: &Proc, isolation: &Isolation, zygote: Option<&Zygote>) -> Option<ExitInfo> {
+    sys::pidfd_kill(proc.pidfd());
+    let child = match proc {
+        Proc::Spawned(child) => child,
+        Proc::Forked { .. } => return proc.ended(zygote),
+    };
     let info = sys::wait_pidfd(child.pidfd.as_raw_fd(), false).ok();
     if matches!(isolation, Isolation::Fallback) {
         unsafe { libc::kill(-child.pid, libc::SIGKILL) };

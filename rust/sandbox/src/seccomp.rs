@@ -10,7 +10,8 @@
 //!   `setns`, `mount`, `umount2`, `pivot_root`, `chroot`, `open_tree`, `move_mount`, `fsopen`,
 //!   `fsconfig`, `fsmount`, `fspick`, `mount_setattr`, `name_to_handle_at`, `open_by_handle_at`,
 //!   `kexec_load`, `kexec_file_load`, `init_module`, `finit_module`, `delete_module`, `reboot`,
-//!   `swapon`, `swapoff`, `acct`, and on x86_64 `iopl`, `ioperm`;
+//!   `swapon`, `swapoff`, `acct`, `shmget`, `semget`, `msgget`, `mq_open` (SysV IPC and message
+//!   queues would outlive a program in its worker's ipc namespace), and on x86_64 `iopl`, `ioperm`;
 //! - `clone` with any namespace flag: EPERM; `clone3`: ENOSYS (libc falls back to `clone`, whose
 //!   flags a filter can read);
 //! - a foreign syscall ABI (i386, and x32 on x86_64) kills the process;
@@ -103,6 +104,11 @@ pub fn denied() -> Vec<(&'static str, libc::c_long)> {
         ("swapon", libc::SYS_swapon),
         ("swapoff", libc::SYS_swapoff),
         ("acct", libc::SYS_acct),
+        // Objects that would outlive a program in its worker's ipc namespace (the zygote's).
+        ("shmget", libc::SYS_shmget),
+        ("semget", libc::SYS_semget),
+        ("msgget", libc::SYS_msgget),
+        ("mq_open", libc::SYS_mq_open),
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([("iopl", libc::SYS_iopl), ("ioperm", libc::SYS_ioperm)]);

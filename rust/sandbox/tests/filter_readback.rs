@@ -18,7 +18,7 @@ const PROMISED: &[&str] = &[
     "keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "unshare", "setns", "mount",
     "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
     "name_to_handle_at", "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "reboot", "swapon", "swapoff", "acct",
+    "reboot", "swapon", "swapoff", "acct", "shmget", "semget", "msgget", "mq_open",
     #[cfg(target_arch = "x86_64")]
     "iopl",
     #[cfg(target_arch = "x86_64")]
@@ -74,6 +74,10 @@ fn nr(name: &str) -> u32 {
         "swapon" => libc::SYS_swapon,
         "swapoff" => libc::SYS_swapoff,
         "acct" => libc::SYS_acct,
+        "shmget" => libc::SYS_shmget,
+        "semget" => libc::SYS_semget,
+        "msgget" => libc::SYS_msgget,
+        "mq_open" => libc::SYS_mq_open,
         #[cfg(target_arch = "x86_64")]
         "iopl" => libc::SYS_iopl,
         #[cfg(target_arch = "x86_64")]
@@ -98,17 +102,21 @@ fn status_field(pid: i32, key: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
 }
 
-/// This process's children that run under a seccomp filter (the sandboxed interpreters).
-fn filtered_children() -> Vec<i32> {
-    let me = std::process::id().to_string();
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        if status_field(pid, "PPid:").as_deref() == Some(&me) && status_field(pid, "Seccomp:").as_deref() == Some("2") {
-            out.push(pid);
-        }
+/// The sandboxed processes that run a start: with a zygote, its children (the zygote is this
+/// process's child); without, this process's children. Only processes under a seccomp filter.
+fn filtered_processes(zygote: bool) -> Vec<i32> {
+    let filtered = |pid: i32| status_field(pid, "Seccomp:").as_deref() == Some("2");
+    let pids: Vec<i32> = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect();
+    let children_of = |parent: i32| -> Vec<i32> {
+        let parent = parent.to_string();
+        pids.iter().copied().filter(|&p| status_field(p, "PPid:").as_deref() == Some(parent.as_str()) && filtered(p)).collect()
+    };
+    let mine = children_of(std::process::id() as i32);
+    if zygote {
+        mine.into_iter().flat_map(children_of).collect()
+    } else {
+        mine
     }
-    out
 }
 
 const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
@@ -148,20 +156,24 @@ fn check(namespaces: bool) {
     let sandbox = std::sync::Arc::new(Sandbox::new(cfg).unwrap());
     let report = sandbox.isolation().clone();
     assert!(report.seccomp, "no seccomp on this machine: {report:?}");
+    assert!(report.zygote, "the zygote failed its self-test: {report:?}");
     let runner = {
         let sandbox = sandbox.clone();
         let p = Program::Function { code: "import time\ntime.sleep(3)\n".into(), setup: String::new(), tests: vec!["assert 1".into()] };
         std::thread::spawn(move || sandbox.run_batch(vec![p]).unwrap())
     };
     let t0 = Instant::now();
-    let mut pids = filtered_children();
+    let mut pids = filtered_processes(report.zygote);
     while pids.len() < 2 && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
-        pids = filtered_children();
+        pids = filtered_processes(report.zygote);
     }
     // Function mode: the checker and the program's own process, both filtered.
     assert_eq!(pids.len(), 2, "sandboxed processes found: {pids:?}");
-    let expected_filters = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
+    // Three programs (two without x86_64's x32 guard); a zygote's children add the stricter deny
+    // program where children are refused.
+    let base = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
+    let expected_filters = base + usize::from(report.zygote && !report.child_processes);
     let mut expected: BTreeSet<u32> = PROMISED.iter().map(|n| nr(n)).collect();
     if !report.child_processes {
         expected.extend(NO_CHILDREN.iter().map(|n| nr(n)));

@@ -1,0 +1,130 @@
+"""The per-worker zygote (rust/sandbox/src/zygote.rs): nothing a function program does reaches the
+next program run by the same worker (memory, module state, environment, files, leftover processes,
+the zygote itself), on both isolation paths. One worker, so consecutive programs share a zygote."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from atgrpo.sandbox import Sandbox, function_program
+
+from tests.sandbox.conftest import assert_still_works, make
+
+
+@pytest.fixture(scope="module", params=["namespaces", "fallback"])
+def one(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    sb = make(request.param, workers=1)
+    assert sb.isolation.zygote, sb.isolation
+    yield sb
+    sb.close()
+
+
+def zygotes() -> set[int]:
+    """This process's sandboxed children that stay between programs: the zygotes."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if fields.get("PPid", "").strip() == str(os.getpid()) and fields.get("Seccomp", "").strip() == "2":
+            out.add(int(entry.name))
+    return out
+
+
+def after(sb: Sandbox, attack: str, probe: str) -> None:
+    """Runs `attack` as a program, then a program whose global `leak` must come out empty/false.
+    First, both in one program: the probe must see the attack there (or it proves nothing)."""
+    r = sb.run(function_program(attack + "\n" + probe, ["assert not leak, leak"]))
+    assert r.verdicts == ["wrong_answer"], r.tests
+    sb.run(function_program(attack, ["assert 1"]))
+    r = sb.run(function_program(probe, ["assert not leak, leak"]))
+    assert r.verdicts == ["passed"], r.tests
+
+
+def test_memory_does_not_reach_the_next_program(one: Sandbox) -> None:
+    # Rewrites the cached small int 7 in place (CPython: the first digit right after the header).
+    attack = "import ctypes, sys\nctypes.c_uint32.from_address(id(7) + int.__basicsize__).value = 8\n"
+    after(one, attack, "leak = repr(3 + 4) != '7'\n")
+
+
+def test_module_state_does_not_reach_the_next_program(one: Sandbox) -> None:
+    attack = "import os, sys, json\nos.marker = 1\njson.dumps = None\nsys.path.append('/leak')\nsys.modules['leak'] = os\n"
+    probe = "import os, sys, json\nleak = [hasattr(os, 'marker'), json.dumps is None, '/leak' in sys.path, 'leak' in sys.modules]\nleak = any(leak)\n"
+    after(one, attack, probe)
+
+
+def test_environment_does_not_reach_the_next_program(one: Sandbox) -> None:
+    attack = "import os\nos.environ['LEAK'] = '1'\nos.putenv('LEAK2', '1')\nos.chdir('/')\n"
+    probe = "import os\nleak = [k for k in ('LEAK', 'LEAK2') if os.getenv(k)] + ([os.getcwd()] if os.getcwd() == '/' else [])\n"
+    after(one, attack, probe)
+
+
+def test_files_do_not_reach_the_next_program(one: Sandbox) -> None:
+    attack = (
+        "import os\n"
+        "open('here', 'w').write('x')\n"
+        "open(os.environ['TMPDIR'] + '/tmp', 'w').write('x')\n"
+        "open('../beside', 'w').write('x')\n"
+        "os.mkdir('../dir')\n"
+        "os.chmod('.', 0o500)\n"
+        "os.chmod('..', 0o500)\n"
+    )
+    probe = "import os\nleak = os.listdir('.') + os.listdir('..')[:0] + [p for p in ('../beside', '../dir') if os.path.exists(p)]\n"
+    after(one, attack, probe)
+    r = one.run(function_program("open('w', 'w').write('ok')\nok = open('w').read()\n", ["assert ok == 'ok'"]))
+    assert r.verdicts == ["passed"], r.tests
+
+
+def test_leftover_processes_do_not_reach_the_next_program(one: Sandbox) -> None:
+    marker = f"atgrpo-zygote-leftover-{os.getpid()}"
+    attack = (
+        "import os, sys\n"
+        "try:\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\n"
+        "except OSError:\n"
+        "    pass\n"
+    )
+    one.run(function_program(attack, ["assert 1"]))
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes() and "Z" not in (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]:
+                alive.append(entry.name)
+        except (OSError, IndexError):
+            continue
+    assert alive == []
+    assert_still_works(one)
+
+
+def test_the_zygote_itself_is_out_of_reach(one: Sandbox) -> None:
+    assert_still_works(one)
+    before = zygotes()
+    attack = (
+        "import os, signal\n"
+        "for target in (os.getppid(), 1, -1, 0):\n"
+        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+        "        try:\n"
+        "            os.kill(target, sig)\n"
+        "        except OSError:\n"
+        "            pass\n"
+    )
+    one.run(function_program(attack, ["assert 1"]))
+    time.sleep(0.1)
+    assert_still_works(one)
+    assert zygotes() == before  # the same zygote, not a replacement
+
+
+def test_stdio_programs_still_start_their_own_interpreter(one: Sandbox) -> None:
+    from atgrpo.sandbox import stdio_program
+
+    r = one.run(stdio_program("import sys\nprint(sys.modules['__main__'].__name__, len(input()))\n", [("abc\n", "__main__ 3\n")]))
+    assert r.verdicts == ["passed"], r.tests
