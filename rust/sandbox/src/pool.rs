@@ -205,7 +205,7 @@ fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
     let limits = (shared.cfg.timeout_s, shared.cfg.program_timeout_s);
     shared.cfg.timeout_s = limits.0.max(30.0);
     shared.cfg.program_timeout_s = limits.1.max(30.0);
-    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None };
+    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
     let result = worker.run(&program);
     let zygote = worker.zygote.take().is_some();
     (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
@@ -446,7 +446,7 @@ fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
         Ok(s) => Some(s),
         Err(_) => None,
     };
-    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0, zygote: None });
+    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0, zygote: None, zygote_cleaned: false });
     loop {
         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
         let Ok((i, program, reply)) = job else { return };

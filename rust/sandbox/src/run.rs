@@ -79,6 +79,8 @@ pub struct Worker<'a> {
     pub name: String,
     pub counter: u64,
     pub zygote: Option<Zygote>,
+    /// Whether the zygote reaped everything of the current start already (`Zygote::end`).
+    pub zygote_cleaned: bool,
 }
 
 /// One process of a start: spawned by the host, or forked by the zygote (which reaps it).
@@ -92,6 +94,20 @@ impl Proc {
         match self {
             Proc::Spawned(c) => c.pidfd.as_raw_fd(),
             Proc::Forked { pidfd, .. } => pidfd.as_raw_fd(),
+        }
+    }
+
+    /// A forked process whose end the zygote has not reported yet.
+    fn pending_pid(&self) -> Option<i32> {
+        match self {
+            Proc::Forked { pid, info, .. } if info.get().is_none() => Some(*pid),
+            _ => None,
+        }
+    }
+
+    fn set_ended(&self, ended: Option<ExitInfo>) {
+        if let Proc::Forked { info, .. } = self {
+            info.set(Some(ended));
         }
     }
 
@@ -176,8 +192,9 @@ impl Worker<'_> {
     /// One interpreter start from test `first`; returns the index of the first test without a
     /// verdict (`n` when all have one).
     fn start(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, use_zygote: bool, results: &mut [Option<TestResult>]) -> usize {
+        self.zygote_cleaned = false;
         let next = self.start_once(program, first, deadline, workdir, use_zygote, results);
-        if use_zygote && self.zygote.as_ref().is_none_or(|z| z.clean().is_err()) {
+        if use_zygote && !self.zygote_cleaned && self.zygote.as_ref().is_none_or(|z| z.clean().is_err()) {
             self.zygote = None; // gone or broken: the next program starts a new one
         }
         next
@@ -271,11 +288,7 @@ impl Worker<'_> {
         let limits: &[(libc::__rlimit_resource_t, u64)] = if matches!(shared.isolation, Isolation::None) { &[] } else { &rlimits };
         let (env, cwd) = (&env[..], &cwd);
         let stacks = &mut self.stacks;
-        let mut spawn_one = |which: u8, stdio: &[RawFd]| -> Result<Proc, String> {
-            if let Some(z) = zygote {
-                let (pidfd, pid) = z.fork(which, stdio, limits)?;
-                return Ok(Proc::Forked { pidfd, pid, info: Cell::new(None) });
-            }
+        let mut spawn_one = |stdio: &[RawFd]| -> Result<Proc, String> {
             let argv = &shared.argv[..];
             let mut filter = shared.filter.clone(); // each child patches its own pid into its copy
             let isolation = match &shared.isolation {
@@ -291,9 +304,22 @@ impl Worker<'_> {
             spawn::spawn(request, stacks).map(Proc::Spawned)
         };
         let std3 = [devnull.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        // A zygote forks both in one round trip (function mode: `call` is there).
+        let mut forked = match (zygote, &call) {
+            (Some(z), Some(((req_r, req_w), (rep_r, rep_w)))) => {
+                let program = [std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()];
+                let checker = [std3[0], std3[1], std3[2], ctl_r.as_raw_fd(), res_w.as_raw_fd(), req_w.as_raw_fd(), rep_r.as_raw_fd()];
+                match z.fork_pair(&program, &checker, limits) {
+                    Ok(pair) => pair.map(|(pidfd, pid)| Some(Proc::Forked { pidfd, pid, info: Cell::new(None) })),
+                    Err(e) => return fail_all(results, format!("zygote: {e}")),
+                }
+            }
+            _ => [None, None],
+        };
         // The program's process first: its start and load are the longer path.
         let program_child = match &call {
-            Some(((req_r, req_w), (_, rep_w))) => match spawn_one(b'c', &[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
+            _ if forked[0].is_some() => forked[0].take(),
+            Some(((req_r, req_w), (_, rep_w))) => match spawn_one(&[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
                 // Its code goes first into its request pipe (blocking: it is reading), before the
                 // checker exists to write there (a forked one has it already).
                 Ok(child) => match if zygote.is_some() { Ok(()) } else { sys::write_all(req_w.as_raw_fd(), &shared.candidate_code) } {
@@ -311,7 +337,10 @@ impl Worker<'_> {
         if let Some(((_, req_w), (rep_r, _))) = &call {
             stdio.extend([req_w.as_raw_fd(), rep_r.as_raw_fd()]);
         }
-        let spawned = spawn_one(b'h', &stdio[..]);
+        let spawned = match forked[1].take() {
+            Some(proc) => Ok(proc),
+            None => spawn_one(&stdio[..]),
+        };
         drop((ctl_r, res_w, out_w, err_w, devnull, ruleset, call));
         let child = match spawned {
             Ok(child) => child,
@@ -352,6 +381,19 @@ impl Worker<'_> {
             blame_program = program_ended && (checker.is_none() || broken);
             if broken && !program_ended {
                 stop = Stop::Channel;
+            }
+        }
+        if let Some(z) = zygote {
+            // One round trip: the zygote reaps both (killed here first) and every leftover.
+            let procs: Vec<&Proc> = program_child.iter().chain([&child]).collect();
+            let pending: Vec<i32> = procs.iter().filter_map(|p| p.pending_pid()).collect();
+            procs.iter().for_each(|p| sys::pidfd_kill(p.pidfd()));
+            match z.end(&pending) {
+                Ok(infos) => {
+                    procs.iter().filter(|p| p.pending_pid().is_some()).zip(infos).for_each(|(p, i)| p.set_ended(i));
+                    self.zygote_cleaned = true;
+                }
+                Err(_) => procs.iter().for_each(|p| p.set_ended(None)),
             }
         }
         let program_info = program_child.as_ref().and_then(|p| reap(p, &shared.isolation, zygote));

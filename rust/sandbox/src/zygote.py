@@ -4,8 +4,10 @@
 # starts. `python -I -S -c BOOT` runs this; fd 3 (a pipe) then brings, as `len:u32 blob`: the
 # checker's code and the program process's code (marshal), and a JSON config. fd 4 is a SOCK_SEQPACKET
 # socket to the host; one request, one reply:
-#   F which(h|c) n:u8 (resource:u32 value:u64)*n, fds in SCM_RIGHTS -> P pid:i32 + a pidfd | E
+#   B split:u8 n:u8 (resource:u32 value:u64)*n, in SCM_RIGHTS the program process's fds then the
+#     checker's -> Q pid:i32 pid:i32 + their two pidfds (the program's process is forked first)
 #   W pid:i32 -> X code:i32 signal:i32 cpu_us:u64 (the child is reaped here; the host killed it)
+#   E pid:i32* -> e (code signal cpu_us)* (W for each, then C: the end of a start in one round trip)
 #   C -> c (every process but this one is killed and reaped)
 # Invariants: nothing untrusted ever runs in this process; a child drops everything of the zygote
 # (fds, signal dispositions, the socket) before it runs any code it was not born with; the zygote is
@@ -124,36 +126,50 @@ def _atgrpo_zygote():
                 break
         children.clear()
 
+    def wait(pid):
+        """Reaps one child: `code:i32 signal:i32 cpu_us:u64` (code -2: not a child any more)."""
+        try:
+            _, status, usage = os.wait4(pid, 0)
+            code = os.waitstatus_to_exitcode(status)  # -signal when killed
+            reply = (max(code, 0), max(-code, 0), int((usage.ru_utime + usage.ru_stime) * 1e6))
+        except ChildProcessError:
+            reply = (-2, 0, 0)
+        children.discard(pid)
+        return struct.pack("<iiQ", *reply)
+
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, 16)
         except OSError:
             os._exit(0)
         if not msg:
             os._exit(0)  # the host is gone
         kind = msg[:1]
-        if kind == b"F":
-            which, n = msg[1:2], msg[2]
+        if kind == b"B":
+            split, n = msg[1], msg[2]
+            if len(fds) != split + 7:  # the checker has seven
+                os._exit(71)
             limits = [struct.unpack_from("<IQ", msg, 3 + 12 * i) for i in range(n)]
-            pid = os.fork()
-            if pid == 0:
-                child(which, limits, fds)
+            pids = []
+            for which, mine in ((b"c", fds[:split]), (b"h", fds[split:])):
+                pid = os.fork()
+                if pid == 0:
+                    child(which, limits, mine)
+                children.add(pid)
+                pids.append(pid)
             for fd in fds:
                 os.close(fd)
-            children.add(pid)
-            pidfd = os.pidfd_open(pid)
-            socket.send_fds(sock, [b"P" + pid.to_bytes(4, "little", signed=True)], [pidfd])
-            os.close(pidfd)
+            pidfds = [os.pidfd_open(pid) for pid in pids]
+            socket.send_fds(sock, [b"Q" + b"".join(p.to_bytes(4, "little", signed=True) for p in pids)], pidfds)
+            for fd in pidfds:
+                os.close(fd)
         elif kind == b"W":
-            pid = int.from_bytes(msg[1:5], "little", signed=True)
-            try:
-                _, status, usage = os.wait4(pid, 0)
-                code = os.waitstatus_to_exitcode(status)  # -signal when killed
-                reply = (max(code, 0), max(-code, 0), int((usage.ru_utime + usage.ru_stime) * 1e6))
-            except ChildProcessError:
-                reply = (-2, 0, 0)  # not a child (already reaped)
-            children.discard(pid)
-            sock.send(b"X" + struct.pack("<iiQ", *reply))
+            sock.send(b"X" + wait(int.from_bytes(msg[1:5], "little", signed=True)))
+        elif kind == b"E":
+            pids = [int.from_bytes(msg[i : i + 4], "little", signed=True) for i in range(1, len(msg), 4)]
+            infos = b"".join(wait(pid) for pid in pids)
+            reap_all()
+            sock.send(b"e" + infos)
         elif kind == b"C":
             reap_all()
             sock.send(b"c")

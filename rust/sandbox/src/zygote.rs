@@ -145,6 +145,12 @@ impl Zygote {
 
     /// One reply: its bytes and the fd it carried, if any.
     fn recv(&self) -> Result<(Vec<u8>, Option<OwnedFd>), String> {
+        let (bytes, fds) = self.recv_fds(1)?;
+        Ok((bytes, fds.into_iter().next()))
+    }
+
+    /// One reply: its bytes and the first `max` fds it carried (any others are closed).
+    fn recv_fds(&self, max: usize) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
         if !sys::poll_readable(self.sock.as_raw_fd(), REPLY_MS) {
             return Err(format!("the zygote did not reply within {} s", REPLY_MS / 1000));
         }
@@ -166,7 +172,7 @@ impl Zygote {
                 return Err(format!("zygote reply: {e}"));
             }
         };
-        let mut fd = None;
+        let mut fds = Vec::new();
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&hdr);
             while !c.is_null() {
@@ -175,8 +181,8 @@ impl Zygote {
                     for i in 0..count {
                         let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>().add(i));
                         let owned = OwnedFd::from_raw_fd(raw);
-                        if fd.is_none() {
-                            fd = Some(owned); // any extra fds are closed here
+                        if fds.len() < max {
+                            fds.push(owned); // any extra fds are closed here
                         }
                     }
                 }
@@ -186,20 +192,24 @@ impl Zygote {
         if n == 0 {
             return Err("the zygote exited".into());
         }
-        Ok((buf[..n].to_vec(), fd))
+        Ok((buf[..n].to_vec(), fds))
     }
 
-    /// Forks the checker (`b'h'`) or the program's process (`b'c'`) with `stdio` on its fds 0..
-    /// and `rlimits`; its pidfd and its pid (in the zygote's pid namespace).
-    pub fn fork(&self, which: u8, stdio: &[RawFd], rlimits: &[(libc::__rlimit_resource_t, u64)]) -> Result<(OwnedFd, i32), String> {
-        let mut msg = vec![b'F', which, rlimits.len() as u8];
+    /// Forks the program's process (`program` on its fds 0..) and the checker (`checker`) in one
+    /// round trip; their pidfds and pids, in that order.
+    pub fn fork_pair(&self, program: &[RawFd], checker: &[RawFd], rlimits: &[(libc::__rlimit_resource_t, u64)]) -> Result<[(OwnedFd, i32); 2], String> {
+        let mut msg = vec![b'B', program.len() as u8, rlimits.len() as u8];
         for &(res, value) in rlimits {
             msg.extend_from_slice(&(res as u32).to_le_bytes());
             msg.extend_from_slice(&value.to_le_bytes());
         }
-        self.send(&msg, stdio)?;
-        match self.recv()? {
-            (r, Some(pidfd)) if r.len() == 5 && r[0] == b'P' => Ok((pidfd, i32::from_le_bytes(r[1..5].try_into().unwrap()))),
+        self.send(&msg, &[program, checker].concat())?;
+        match self.recv_fds(2)? {
+            (r, fds) if r.len() == 9 && r[0] == b'Q' && fds.len() == 2 => {
+                let mut fds = fds.into_iter();
+                let pid = |i: usize| i32::from_le_bytes(r[1 + 4 * i..5 + 4 * i].try_into().unwrap());
+                Ok([(fds.next().unwrap(), pid(0)), (fds.next().unwrap(), pid(1))])
+            }
             (r, _) => Err(format!("unexpected zygote reply {:?}", String::from_utf8_lossy(&r))),
         }
     }
@@ -213,14 +223,20 @@ impl Zygote {
         if r.len() != 17 || r[0] != b'X' {
             return None;
         }
-        let code = i32::from_le_bytes(r[1..5].try_into().unwrap());
-        let signal = i32::from_le_bytes(r[5..9].try_into().unwrap());
-        let cpu_us = u64::from_le_bytes(r[9..17].try_into().unwrap());
-        if code < -1 {
-            return None; // not its child (already reaped)
+        exit_info(&r[1..])
+    }
+
+    /// The end of a start: reaps `pids` (killed by the caller), then kills and reaps every other
+    /// process but the zygote; how each of `pids` ended.
+    pub fn end(&self, pids: &[i32]) -> Result<Vec<Option<ExitInfo>>, String> {
+        let mut msg = vec![b'E'];
+        pids.iter().for_each(|p| msg.extend_from_slice(&p.to_le_bytes()));
+        self.send(&msg, &[])?;
+        let (r, _) = self.recv()?;
+        if r.len() != 1 + 16 * pids.len() || r[0] != b'e' {
+            return Err(format!("unexpected zygote reply {:?}", String::from_utf8_lossy(&r)));
         }
-        let (code, signal) = if signal > 0 { (None, Some(signal)) } else { (Some(code), None) };
-        Some(ExitInfo { code, signal, cpu_s: cpu_us as f64 * 1e-6 })
+        Ok(r[1..].chunks(16).map(exit_info).collect())
     }
 
     /// Kills and reaps every process but the zygote (after each start).
@@ -245,6 +261,18 @@ impl Zygote {
         }
         make_dir(&self.run_dir)
     }
+}
+
+/// `code:i32 signal:i32 cpu_us:u64` as the zygote reports a reaped process (code -2: not its child).
+fn exit_info(r: &[u8]) -> Option<ExitInfo> {
+    let code = i32::from_le_bytes(r[0..4].try_into().unwrap());
+    let signal = i32::from_le_bytes(r[4..8].try_into().unwrap());
+    let cpu_us = u64::from_le_bytes(r[8..16].try_into().unwrap());
+    if code < 0 {
+        return None;
+    }
+    let (code, signal) = if signal > 0 { (None, Some(signal)) } else { (Some(code), None) };
+    Some(ExitInfo { code, signal, cpu_s: cpu_us as f64 * 1e-6 })
 }
 
 impl Drop for Zygote {
