@@ -220,6 +220,9 @@ def test_an_over_budget_sample_does_not_hide_a_unit_fault() -> None:
     ([], False),
     (['rollout.sampling="parallel"'], False),
     (['rollout.sampling="parallel"', 'rollout.grouping="trajectory"'], False),
+    (['rollout.grouping="agent"'], False),
+    (['rollout.grouping="turn"'], False),
+    (['rollout.sampling="parallel"', 'rollout.grouping="agent"'], False),
     ([], True),
 ])
 def test_real_units_of_every_sampling_mode_pass(overrides: list[str], greedy: bool) -> None:

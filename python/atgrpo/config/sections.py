@@ -116,9 +116,10 @@ class RolloutSection(Section):
     sampling: Literal["tree", "parallel"] = "tree"
     """tree: branch K ways at every agent-turn and carry the selected branch on; parallel: K
     independent episodes per environment."""
-    grouping: Literal["agent_turn", "trajectory"] = "agent_turn"
-    """agent_turn: group key (env, agent, turn); trajectory: key env, reward = the episode's return
-    (needs parallel sampling)."""
+    grouping: Literal["agent_turn", "agent", "turn", "trajectory"] = "agent_turn"
+    """agent_turn: group key (env, agent, turn); agent: key (env, agent), all turns of one agent;
+    turn: key (env, turn), all agents of one turn (agent and turn: the paper's ablations, either
+    sampling); trajectory: key env, reward = the episode's return (needs parallel sampling)."""
     selection: Literal["greedy", "random"] = "greedy"
     """Which branch carries on in tree sampling: the best reward (ties: lowest index) or a random one."""
     engine: Literal["torch", "vllm"] = "torch"

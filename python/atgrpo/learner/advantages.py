@@ -8,6 +8,14 @@ with singleton and constant groups getting 0.
 - `TrajectoryGrouping` (the ablation): one group per env over its K whole episodes. Every sample of an
   episode carries the episode's return; each episode counts once in the group's baseline, and all of
   its samples get its advantage.
+- `AgentGrouping` (the agent-wise ablation): one group per (env, agent), every candidate of one agent
+  over all turns of its env; rewards are the per-step ones, as in agent_turn.
+- `TurnGrouping` (the turn-wise ablation): one group per (env, turn), every agent's candidates at one
+  turn of its env.
+
+agent, turn and agent_turn keep the samples' keys (env, agent, turn) and only choose which parts of
+the key the kernel groups by (the others are passed as 0), so the intake's per-key checks (K
+branches per key in tree sampling) hold for all three.
 
 Advantages depend only on a group's own samples, never on the rest of the step.
 """
@@ -61,18 +69,36 @@ class Grouping(Protocol):
     def advantages(self, samples: Sequence[Sample]) -> Advantages: ...
 
 
-class AgentTurnGrouping:
-    name = "agent_turn"
+class _KeyGrouping:
+    """Groups by a part of the key (env, agent, turn): env always, agent and turn when named."""
+
+    name = ""
+    by_agent = True
+    by_turn = True
 
     def advantages(self, samples: Sequence[Sample]) -> Advantages:
         if not samples:
             return _empty()
         rewards = np.fromiter((s.reward for s in samples), np.float64, len(samples))
-        out = kernels.compute_advantages(
-            _column(samples, lambda s: s.key.env), _column(samples, lambda s: s.key.agent),
-            _column(samples, lambda s: s.key.turn), rewards,
-        )
+        zeros = np.zeros(len(samples), dtype=np.int64)
+        agent = _column(samples, lambda s: s.key.agent) if self.by_agent else zeros
+        turn = _column(samples, lambda s: s.key.turn) if self.by_turn else zeros
+        out = kernels.compute_advantages(_column(samples, lambda s: s.key.env), agent, turn, rewards)
         return Advantages(out.advantages, out.stats, out.num_groups)
+
+
+class AgentTurnGrouping(_KeyGrouping):
+    name = "agent_turn"
+
+
+class AgentGrouping(_KeyGrouping):
+    name = "agent"
+    by_turn = False
+
+
+class TurnGrouping(_KeyGrouping):
+    name = "turn"
+    by_agent = False
 
 
 class TrajectoryGrouping:
@@ -90,7 +116,7 @@ class TrajectoryGrouping:
         return Advantages(out.advantages[inverse.reshape(-1)], out.stats, out.num_groups)
 
 
-GROUPINGS: dict[str, Grouping] = {g.name: g for g in (AgentTurnGrouping(), TrajectoryGrouping())}
+GROUPINGS: dict[str, Grouping] = {g.name: g for g in (AgentTurnGrouping(), AgentGrouping(), TurnGrouping(), TrajectoryGrouping())}
 
 
 def grouping(name: str) -> Grouping:
@@ -106,4 +132,6 @@ def step_advantages(samples: Sequence[Sample], grouping_name: str) -> Advantages
     return grouping(grouping_name).advantages(samples)
 
 
-__all__ = ["Advantages", "AgentTurnGrouping", "Grouping", "TrajectoryGrouping", "grouping", "step_advantages"]
+__all__ = [
+    "Advantages", "AgentGrouping", "AgentTurnGrouping", "TurnGrouping", "Grouping", "TrajectoryGrouping", "grouping", "step_advantages",
+]
