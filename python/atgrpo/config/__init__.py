@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from atgrpo.config.sections import (
     LaunchSection,
+    LoraSection,
     MetricsSection,
     PolicySection,
     RolloutSection,
@@ -28,6 +29,7 @@ from atgrpo.config.sections import (
     TransportSection,
     WarmstartSection,
 )
+from atgrpo.config.lora import check_lora
 from atgrpo.config.task import GAME_TASKS, JUDGE, TASK_ROLES, TEAM_TASKS, Agent, TaskSection
 from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
 from atgrpo.config.toml_io import read_toml_data, to_toml
@@ -79,6 +81,7 @@ class RunConfig(Section):
         unused = set(self.policies) - set(self.agent_policy().values())
         if unused:
             raise ValueError(f"policies {sorted(unused)} serve no role")
+        check_lora(self)  # atgrpo.config.lora
         return self
 
     def agent_policy(self) -> dict[str, str]:
@@ -115,6 +118,7 @@ __all__ = [
     "TASK_ROLES",
     "EnvParams",
     "LaunchSection",
+    "LoraSection",
     "MetricsSection",
     "PlanPathEnv",
     "PolicySection",

@@ -84,6 +84,29 @@ class RunSection(Section):
         return self
 
 
+class LoraSection(Section):
+    """A LoRA adapter on a frozen base (`atgrpo.lora`): only the adapter is trained, published and saved."""
+
+    r: int = Field(default=8, ge=1)
+    """Rank of each adapter matrix pair (vLLM serves ranks 1, 8, 16, 32, 64, 128, 256, 320 and 512)."""
+    alpha: float = Field(default=16.0, gt=0.0)
+    """Scale numerator: the adapter adds (alpha / r) * B A x to the base layer's output."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapter's input while training. Keep 0 for RL: above 0 the learner's
+    log-probs are not the engine's (which never drops), and the importance ratios drift."""
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names of the linear layers that get an adapter (peft's matching: the module name's last part),
+    never the output layer or the embedding (the learner scores through the plain `lm_head`)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _targets(cls, value: list[str]) -> list[str]:
+        bad = [m for m in value if m in ("lm_head", "embed_tokens")]
+        if not value or bad:
+            raise ValueError(f"lora.target_modules must name linear layers inside the decoder, got {value}")
+        return value
+
+
 class PolicySection(Section):
     path: str | None = None
     """Local HF-format model folder (`~` expanded, `@smollm2` the cached SmolLM2); None: build the
@@ -94,6 +117,10 @@ class PolicySection(Section):
     """Adam learning rate of the RL updates."""
     weight_decay: float = Field(default=0.01, ge=0.0)
     """AdamW decoupled weight decay."""
+    lora: LoraSection | None = None
+    """A LoRA adapter on the frozen model instead of full fine-tuning. LoRA policies on the same base
+    (equal `path`, or the same built `tiny` model) share one frozen copy of it in the learner and
+    one engine in each actor; None: every weight is trained and published."""
 
 
 class RolloutSection(Section):

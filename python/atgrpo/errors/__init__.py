@@ -35,6 +35,7 @@ from atgrpo._core import (
 from atgrpo.errors.data import DatasetError, DatasetFileError, DatasetRecordError, UnknownFormatError
 from atgrpo.errors.runtime import (
     ActorError,
+    CheckpointLoadError,
     CheckpointWriteError,
     PlacementError,
     ConfigChangedError,
@@ -72,6 +73,7 @@ __all__ = [
     "ConfigChangedError",
     "AddressError",
     "AtgrpoError",
+    "CheckpointLoadError",
     "CheckpointWriteError",
     "PlacementError",
     "ChecksumMismatch",

@@ -45,6 +45,11 @@ class CheckpointWriteError(AtgrpoError, OSError):
     removed and `checkpoints/latest` still names the previous complete one (`learner.trainer`)."""
 
 
+class CheckpointLoadError(AtgrpoError, ValueError):
+    """A checkpoint's part does not belong to the policy loading it, e.g. another policy's LoRA
+    adapter, whose tensor names alone would fit (`learner.backends`)."""
+
+
 class PlacementError(AtgrpoError, ValueError):
     """`launch.learner_cpus` / `launch.actor_cpus` name cores this process may not run on
     (`atgrpo.placement`)."""

@@ -28,6 +28,8 @@ from atgrpo.learner.checkpoints import (
     RunState, export_model_folder, latest_checkpoint, mark_incomplete, mark_latest, read_state, step_folder, write_state,
 )
 from atgrpo.learner.retention import prune_checkpoints
+from atgrpo.learner.lora import base_state, load_shared_bases
+from atgrpo.models.adapters import merge_adapter, scaling, write_adapter
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.packing import OptimizerStep, RankPlan
 from atgrpo.models.folder import load_model, load_tokenizer
@@ -36,6 +38,9 @@ from atgrpo.devices import collective_device
 from atgrpo.learner.replicas import differing_tensors
 
 log = logging.getLogger("atgrpo.learner")
+
+ADAPTER_DIR = "adapter"
+"""Folder of a LoRA policy's checkpoint holding its adapter in peft's format (`PeftModel.from_pretrained`)."""
 
 
 def loss_config(cfg: RunConfig) -> LossConfig:
@@ -63,13 +68,16 @@ class Trainer:
         self.pad_ids: dict[str, int] = {}
         self.backends: dict[str, LearnerBackend] = {}
         self._busy_s = 0.0
+        # LoRA policies: each group's frozen base loaded once, one adapter per policy (learner.lora)
+        adapters = load_shared_bases(cfg, {p: policy_dir(cfg, p) for p in self.policies}, str(self.device))
         for p in self.policies:
             folder = policy_dir(cfg, p)
+            adapter = adapters.get(p)
             # fp32: the master weights; train.dtype is the compute dtype (learner.backends.base)
-            model = load_model(folder, dtype="float32", device=str(self.device))
+            model = adapter.model if adapter is not None else load_model(folder, dtype="float32", device=str(self.device))
             self.pad_ids[p] = load_tokenizer(folder).pad_token_id
             pc = cfg.policies[p]
-            self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))
+            self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg), adapter=adapter)
 
     def train(self, plan: RankPlan) -> dict[str, float]:
         """This rank's share of one plan of a training step. A streamed chunk (`plan.final` False)
@@ -112,7 +120,7 @@ class Trainer:
             if self.world > 1:
                 # Every rank fingerprints the same thing: its replica where it lies, or under a
                 # collective export (no replicas, only shards) the gathered copy.
-                own = tensors if collective and tensors is not None else be.model.state_dict()
+                own = tensors if collective and tensors is not None else be.weight_state()
                 where = collective_device(next(be.model.parameters()).device)
                 differ = differing_tensors(own, where)
                 out[f"learner/{p}/replica_mismatch"] = float(bool(differ))
@@ -126,13 +134,19 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------------
     def save(self, folder: Path, state: RunState | None, extra: dict[str, bytes] | None = None) -> None:
         """Every rank: its backends' state under `folder/<policy>/`; rank 0 (with `state`) also each
-        policy as an HF folder, the run state and the `extra` files (name -> bytes). The caller
+        policy as an HF folder (a LoRA policy: merged into its base, and its adapter alone in peft's
+        format under `<policy>/adapter/`), the run state and the `extra` files (name -> bytes). The caller
         marks the checkpoint complete."""
         for p, be in self.backends.items():
             be.save_checkpoint(folder / p)
             tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
-            if state is not None:
-                export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
+            if state is None:
+                continue
+            lora = self.cfg.policies[p].lora
+            if lora is not None:  # the adapter on its own (peft's format), and merged into its base for eval
+                write_adapter(folder / p / ADAPTER_DIR, lora, tensors, policy_dir(self.cfg, p))
+                tensors = merge_adapter(base_state(be.model), tensors, scaling(lora))
+            export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
         if state is not None:
             for name, data in (extra or {}).items():
                 (folder / name).write_bytes(data)

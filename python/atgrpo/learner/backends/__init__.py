@@ -13,24 +13,31 @@ from atgrpo.config import TrainSection
 from atgrpo.learner.backends.base import LearnerBackend
 from atgrpo.learner.backends.torch_backend import TorchBackend
 from atgrpo.learner.checkpointing import configure_learner_model
+from atgrpo.learner.lora import AdapterWeights
 from atgrpo.learner.loss import LossConfig
 
 
 def make_backend(
-    model: torch.nn.Module, cfg: TrainSection, policy_lr: float, weight_decay: float, loss_cfg: LossConfig
+    model: torch.nn.Module, cfg: TrainSection, policy_lr: float, weight_decay: float, loss_cfg: LossConfig,
+    adapter: AdapterWeights | None = None,
 ) -> LearnerBackend:
     """A backend owning `model` (loaded in fp32 on its device: the master weights) and a fresh
     AdamW, computing in `cfg.dtype` (mixed precision under "bfloat16", `base`).
 
     With `cfg.backend == "deepspeed"` this is a collective: every rank of the job must call it.
+    `adapter`: a LoRA policy, `model` being its group's shared PeftModel (`learner.lora`).
     """
     configure_learner_model(model, cfg)  # gradient checkpointing, logit chunks (`train`)
     if cfg.backend == "torch":
         return TorchBackend(
             model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg, dtype=cfg.dtype,
+            adapter=adapter,
         )
     if cfg.backend == "deepspeed":
         from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
+
+        if adapter is not None:
+            raise ValueError("LoRA policies train with train.backend = 'torch' (DeepSpeed with peft adapters is not wired yet)")
 
         return DeepSpeedBackend(
             model,

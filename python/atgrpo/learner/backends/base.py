@@ -69,6 +69,11 @@ class LearnerBackend(abc.ABC):
         """Full weights as contiguous CPU tensors by HF parameter name (gathered under ZeRO-3),
         copied by `host_copy`."""
 
+    def weight_state(self) -> dict[str, torch.Tensor]:
+        """What this policy publishes and saves, live (no copy): the model's state dict, or a LoRA
+        policy's adapter tensors only (`learner.lora`)."""
+        return self.model.state_dict()
+
     @property
     def export_is_collective(self) -> bool:
         """Whether `export_weights` is a collective every rank must call (ZeRO-3 gathers the

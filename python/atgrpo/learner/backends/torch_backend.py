@@ -11,6 +11,10 @@ gradients land in the fp32 parameters' fp32 `.grad` and accumulate there across 
 scaling, the all-reduce, clipping and the update all see fp32. The KL reference is kept in the
 compute dtype (it is only ever run forward, under the same autocast). The bf16 path on CUDA is
 untested here (no GPU); on CPU it runs the same code under CPU autocast.
+
+LoRA (`adapter`, `learner.lora`): `model` is a PeftModel shared with the other policies of its base;
+this backend activates its adapter before each forward and its optimizer, clipping, all-reduce,
+exports and checkpoints cover the adapter's tensors only (the frozen base is in none of them).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 import torch
 
 from atgrpo.devices import model_device
+from atgrpo.errors import CheckpointLoadError
 from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
+from atgrpo.learner.lora import AdapterWeights
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch
 
@@ -29,14 +35,19 @@ from atgrpo.learner.microbatch import MicroBatch
 class TorchBackend(LearnerBackend):
     def __init__(
         self, model: torch.nn.Module, *, lr: float, weight_decay: float, grad_clip: float, loss_cfg: LossConfig,
-        dtype: str = "float32",
+        dtype: str = "float32", adapter: AdapterWeights | None = None,
     ):
-        """`dtype`: the compute dtype (`train.dtype`); the weights `model` holds become the fp32 master."""
+        """`dtype`: the compute dtype (`train.dtype`); the weights `model` holds become the fp32 master.
+        `adapter`: train only this LoRA adapter of `model` (a PeftModel; `learner.lora`)."""
         self.compute_dtype = compute_dtype(dtype)
         self.model = as_fp32_master(model)
         self.model.train()
         self.device = model_device(self.model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.adapter = adapter
+        if adapter is not None and loss_cfg.kl_coef:
+            raise ValueError("a LoRA policy has no KL reference yet: train.kl_coef must be 0 (config.lora)")
+        self.params = adapter.parameters() if adapter is not None else list(self.model.parameters())
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
         self.ref_model = None
@@ -45,6 +56,8 @@ class TorchBackend(LearnerBackend):
         self._sums: dict[str, float] = {}
 
     def accumulate(self, micro_batches: list[MicroBatch]) -> None:
+        if self.adapter is not None:
+            self.adapter.activate()
         accumulate(
             self.model, micro_batches, self.loss_cfg, lambda l: l.backward(), self._sums, self.ref_model,
             device=self.device, autocast_dtype=self.compute_dtype,
@@ -53,29 +66,44 @@ class TorchBackend(LearnerBackend):
     def finish_step(self, total_tokens: int) -> dict[str, float]:
         scale = 1.0 / max(total_tokens, 1)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        for p in self.model.parameters():
+        for p in self.params:
             if p.grad is None and distributed:
                 p.grad = torch.zeros_like(p)  # every rank all-reduces every parameter, used or not
             if p.grad is not None:
                 p.grad.mul_(scale)
                 if distributed:
                     torch.distributed.all_reduce(p.grad)  # a sum: each rank's gradient is a share of the global mean
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return finish_metrics(self._take_sums(), total_tokens, grad_norm)
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         # The master rounded to the compute dtype: what the autocast matmuls multiply with.
-        return self.host_copy(self.model.state_dict(), self.compute_dtype)
+        return self.host_copy(self.weight_state(), self.compute_dtype)
+
+    def weight_state(self) -> dict[str, torch.Tensor]:
+        return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
 
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, folder / "learner.pt")
+        # An adapter's tensor names carry no policy (models.adapters): its name is saved beside them.
+        adapter = self.adapter.policy if self.adapter is not None else None
+        torch.save({"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": adapter},
+                   folder / "learner.pt")
 
     def load_checkpoint(self, folder: Path) -> None:
         state = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
-        self.model.load_state_dict(state["model"])
+        want = self.adapter.policy if self.adapter is not None else None
+        if state.get("adapter") != want:
+            raise CheckpointLoadError(
+                f"{folder / 'learner.pt'} holds the {'adapter of ' + repr(state.get('adapter')) if state.get('adapter') else 'full model'}, "
+                f"but this policy is {'the adapter of ' + repr(want) if want else 'a full model'}"
+            )
+        if self.adapter is not None:
+            self.adapter.load_state_dict(state["model"])
+        else:
+            self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
 
 

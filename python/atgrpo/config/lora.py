@@ -1,0 +1,70 @@
+"""Which LoRA policies share a frozen base, and the config rules LoRA adds.
+
+Invariant: two LoRA policies share a base exactly when their base weights are equal by
+construction: the same `path`, or no path and the same built `tiny` spec (same size and seed give
+the same weights). Each group is held once in the learner and served by one engine in each actor
+(`atgrpo.lora`). A full (non-LoRA) policy is never in a group, even on the same path: its weights
+move, so it has its own model and engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from atgrpo.config import RunConfig
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""Ranks vLLM 0.32 can serve (`vllm.config.lora.MaxLoRARanks`); an engine's `max_lora_rank` is one of them."""
+
+
+def lora_bases(cfg: "RunConfig") -> list[list[str]]:
+    """The LoRA policies grouped by shared base, each group and the groups in sorted order."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(cfg.policies):
+        pc = cfg.policies[name]
+        if pc.lora is None:
+            continue
+        key = f"path:{pc.path}" if pc.path else f"tiny:{pc.tiny.model_dump_json()}"
+        groups.setdefault(key, []).append(name)
+    return sorted(groups.values())
+
+
+def lora_group(cfg: "RunConfig", policy: str) -> list[str] | None:
+    """The policies sharing `policy`'s base (itself included); None for a full policy."""
+    return next((g for g in lora_bases(cfg) if policy in g), None)
+
+
+def serving_rank(cfg: "RunConfig", group: list[str]) -> int:
+    """vLLM's `max_lora_rank` for an engine serving `group`: the smallest servable rank >= every r."""
+    need = max(cfg.policies[p].lora.r for p in group)  # type: ignore[union-attr]  # a LoRA group
+    return next(r for r in VLLM_LORA_RANKS if r >= need)
+
+
+def check_lora(cfg: "RunConfig") -> None:
+    """ValueError for a LoRA setting the run cannot honour (called by `RunConfig`'s validation)."""
+    from atgrpo.config.task import GAME_TASKS
+
+    lora = [p for p in sorted(cfg.policies) if cfg.policies[p].lora is not None]
+    if not lora:
+        return
+    ws = cfg.warmstart
+    for p in lora:
+        pc = cfg.policies[p]
+        warm = ws.steps > 0 and cfg.task.task in GAME_TASKS and (pc.path is None or ws.pretrained)
+        if warm:
+            raise ValueError(
+                f"policies.{p}.lora: the warm start would fine-tune this policy's base on its own roles' "
+                "demonstrations, so LoRA policies would no longer share a frozen base; set warmstart.steps = 0, "
+                "or warm-start a model first and name it in policies.<p>.path"
+            )
+        if cfg.rollout.engine == "vllm" and pc.lora.r > VLLM_LORA_RANKS[-1]:  # type: ignore[union-attr]
+            raise ValueError(f"policies.{p}.lora.r = {pc.lora.r}: vLLM serves ranks up to {VLLM_LORA_RANKS[-1]}")  # type: ignore[union-attr]
+    if cfg.train.kl_coef > 0:
+        raise ValueError(
+            f"train.kl_coef = {cfg.train.kl_coef} with LoRA policies {lora}: the KL reference of an adapter "
+            "(the base with the adapter off) is not implemented; set train.kl_coef = 0"
+        )
+
+
+__all__ = ["VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank"]

@@ -1,0 +1,47 @@
+"""`policies.<p>.lora`: typed fields, groups of policies sharing a base, and the rules LoRA adds."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from atgrpo.config import load_config
+from atgrpo.config.lora import lora_bases, serving_rank
+
+TWO = ["warmstart.steps=0", "role_policy={plan='a', tool='b'}"]
+
+
+def test_groups_by_equal_base():
+    cfg = load_config(None, [*TWO, "policies.a.lora={r=8}", "policies.b.lora={r=16, alpha=4.0}"])
+    assert lora_bases(cfg) == [["a", "b"]] and serving_rank(cfg, ["a", "b"]) == 16
+    assert cfg.policies["b"].lora.alpha == 4.0 and cfg.policies["a"].lora.target_modules[0] == "q_proj"
+    other = load_config(None, [*TWO, "policies.a.lora={r=8}", "policies.b.lora={r=3}", "policies.b.tiny.seed=1"])
+    assert lora_bases(other) == [["a"], ["b"]]  # different built weights: no shared base
+    assert serving_rank(other, ["b"]) == 8  # vLLM serves 8, not 3
+    mixed = load_config(None, [*TWO, "policies.a.lora={r=8}", "policies.b.lr=1e-4"])  # a LoRA policy beside a full one
+    assert lora_bases(mixed) == [["a"]] and mixed.policies["b"].lora is None
+    assert load_config(None, ["warmstart.steps=0", "policies.shared.lora={}"]).policies["shared"].lora.r == 8
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("policies.a.lora={r=0}", "greater than or equal to 1"),
+        ("policies.a.lora={dropout=1.0}", "less than 1"),
+        ("policies.a.lora={target_modules=['lm_head']}", "linear layers inside the decoder"),
+        ("policies.a.lora={target_modules=[]}", "linear layers inside the decoder"),
+        ("policies.a.lora={rank=8}", "Extra inputs"),
+        ("policies.a.lora={r=1024}", "vLLM serves ranks up to 512"),
+    ],
+)
+def test_bad_lora_settings_are_refused(override, message):
+    with pytest.raises(ValidationError, match=message):
+        load_config(None, [*TWO, "rollout.engine='vllm'", "policies.b.lr=1e-4", override])
+
+
+def test_warm_start_and_kl_are_refused_with_lora():
+    with pytest.raises(ValidationError, match="share a frozen base"):
+        load_config(None, ["policies.shared.lora={}"])  # planpath warm-starts the built model by default
+    with pytest.raises(ValidationError, match="kl_coef"):
+        load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.kl_coef=0.1"])
+    assert load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]).policies["shared"].path == "/x"
