@@ -7,7 +7,7 @@
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
     atgrpo-bench all --quick    # everything above, fewer repeats
-    atgrpo-bench learning       # k=1 vs k=0 held-out success at equal wall time (20 min; not in `all`)
+    atgrpo-bench learning SUITE # arms x seeds of atgrpo-train runs (docs/learning.md; not in `all`; no SUITE: staleness)
     atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow, print_table, write_json
@@ -38,6 +39,11 @@ NOT_RUN = 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["learning"]:  # its own arguments (SUITE, --seeds, --steps, --only): atgrpo.bench.learning
+        from atgrpo.bench import learning
+
+        return learning.main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench", description=__doc__.split("\n")[0])
     parser.add_argument("suite", choices=[*SUITES, *LONG, "all"], help="what to measure")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (seconds, for smoke runs)")

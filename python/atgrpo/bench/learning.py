@@ -1,92 +1,220 @@
-"""Learning at equal wall time: the default demo pipelined (`max_staleness = 1`) against strict
-on-policy streaming (`max_staleness = 0`), each with the same RL budget of wall-clock time.
+"""`atgrpo-bench learning SUITE`: arms x seeds of `atgrpo-train` runs, a table over seeds, paired
+differences against a reference arm, an equal-wall-time view and curves (docs/learning.md).
 
-Both runs start from the same warm-started model (made once), on split placement (learner on core
-0, actors on core 1: how they would sit on separate accelerators), and evaluate held-out success
-every 20 steps; evaluations count against the budget in both. Reported: held-out success at the
-end of the budget and the number of steps each mode reached in it, k=1 against k=0; both curves
-(against minutes and against steps) go to a PNG beside the JSON. Not part of `all`: it takes twice
-the budget (10 minutes each by default, 1 with --quick).
+    atgrpo-bench learning ordering                    # SA+GRPO .. MAS+AT-GRPO, 3 seeds
+    atgrpo-bench learning grouping --seeds 0,1        # two seeds only
+    atgrpo-bench learning alpha --only alpha0,alpha1 --steps 100
+    atgrpo-bench learning                             # the suite `staleness` (k=0 vs k=1, equal wall time)
+
+Invariants:
+- Every run is `atgrpo-train` as a user runs it (a subprocess, a config file and `--set`
+  overrides), in its own out_dir `<out>/<suite>/<arm>/seed<s>/`; one run at a time (2 cores).
+- A run whose `eval.json` exists is read back, never rerun (resume). A run cut off before its end
+  has no `eval.json` and is run again: `atgrpo-train` itself resumes it from its last checkpoint.
+- The seed changes `run.seed` and, for the built tiny model, `policies.shared.tiny.seed` too.
+- Step-budget suites give every arm the same `run.steps` and no time limit; wall time is reported
+  beside. `staleness` is a time-budget suite (same minutes of RL, steps as many as fit).
+- Results: `<out>/<suite>/summary.json`, `table.md` and `curves.png`; the statistics are
+  `learning_stats.py`'s (separation rule there).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from atgrpo.bench.report import BenchRow
+from atgrpo.bench.learning_plot import Curve, plot_suite
+from atgrpo.bench.learning_report import report
 
-BUDGET_S = 600
-MODES = {"k=0 (streaming)": 0, "k=1 (pipelined)": 1}
-PNG = Path("bench-results") / "learning_curves.png"
+ROOT = Path("bench-results") / "learning"
+CONFIGS = Path(__file__).resolve().parents[3] / "envs" / "planpath"
+"""The shipped configs (the arms' `config` files), found from the source tree as the prompts are."""
 
 
-def _run(out: Path, staleness: int, budget_s: int, quick: bool) -> list[tuple[int, float, float]]:
-    """(step, minutes since the RL start, held-out success) of each evaluation of one run."""
-    sets = [
-        f'run.out_dir="{out}"', "run.steps=100000", f"run.time_limit_s={budget_s}", "run.eval_every=20",
-        "metrics.tensorboard=false", "run.checkpoint_every=0", f"train.max_staleness={staleness}",
-    ]
-    if len(os.sched_getaffinity(0)) >= 2:
-        sets += ["launch.learner_cpus=[0]", "launch.actor_cpus=[1]"]
-    if quick:
-        sets += ["warmstart.steps=20", "run.eval_seeds=32"]
-    cmd = [sys.executable, "-m", "atgrpo.cli.train"]
-    for s in sets:
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    sets: tuple[str, ...] = ()
+    """`--set` overrides of this arm (beside the suite's and the run's own)."""
+    config: str | None = None
+    """A config file under `envs/planpath/`; None: the built-in defaults (the demo, `train.toml`)."""
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    arms: tuple[Arm, ...]
+    reference: str
+    """The arm the others are compared with, seed by seed."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int | None = 150
+    """RL steps of every arm (no time limit); None: a time-budget suite or the config's own steps."""
+    sets: tuple[str, ...] = ()
+    """Overrides of every run of the suite."""
+    model_seed: bool = True
+    """The seed also changes `policies.shared.tiny.seed` (False for a pretrained model)."""
+    doc: str = ""
+
+
+SA = ('task.roles=["plan"]',)
+SUITES = {s.name: s for s in (
+    Suite("ordering", (
+        Arm("sa_grpo", (*SA, 'rollout.sampling="parallel"', 'rollout.grouping="trajectory"'),
+            doc="one role (plan), K parallel episodes, trajectory groups: single agent + GRPO"),
+        Arm("sa_atgrpo", SA, doc="one role (plan), tree sampling, (env, agent, turn) groups"),
+        Arm("mas_prompt", ("run.steps=0",), doc="tool + plan, the warm-started model evaluated with no RL"),
+        Arm("mas_trajectory", (), "train_trajectory.toml", doc="tool + plan, parallel sampling, trajectory groups"),
+        Arm("mas_atgrpo", (), doc="tool + plan, the default: tree sampling, (env, agent, turn) groups"),
+    ), reference="mas_atgrpo", doc="the paper's ordering on the default demo"),
+    Suite("grouping", (
+        Arm("trajectory", (), "train_trajectory.toml", doc="one group per env, K parallel episodes"),
+        Arm("agent", ('rollout.grouping="agent"',), doc="key (env, agent): all turns of one agent, tree sampling"),
+        Arm("turn", ('rollout.grouping="turn"',), doc="key (env, turn): all agents of one turn, tree sampling"),
+        Arm("agent_turn", (), doc="key (env, agent, turn): AT-GRPO, the default"),
+    ), reference="agent_turn", doc="the paper's grouping ablation on the default demo"),
+    Suite("alpha", tuple(
+        Arm(f"alpha{a:g}".replace(".", "_"), (f"task.env.alpha={a}",), doc=f"reward = {a} * team + local")
+        for a in (0.0, 0.5, 1.0)
+    ), reference="alpha1", doc="the mix of team and local reward (task.env.alpha) on the default demo"),
+    Suite("smollm2", (Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),),
+          reference="smollm2", seeds=(0, 1), steps=None, model_seed=False, doc="the real-model recipe"),
+    Suite("staleness", (
+        Arm("k0", ("train.max_staleness=0",), doc="strict on-policy streaming"),
+        Arm("k1", ("train.max_staleness=1",), doc="pipelined, samples up to one version old"),
+    ), reference="k0", seeds=(0,), steps=None, doc="k=1 against k=0 at equal wall time (10 minutes of RL each)",
+        sets=("run.steps=100000", "run.time_limit_s=600", "run.checkpoint_every=0")),
+)}
+
+
+@dataclass
+class RunResult:
+    """What one finished run left: its eval.json, its held-out curve and its wall time."""
+
+    start: float
+    end: float
+    steps: int
+    wall_s: float
+    """Whole `atgrpo-train` process, warm start and evaluations included."""
+    curve: Curve = field(default_factory=list)
+
+    @property
+    def gain(self) -> float:
+        return self.end - self.start
+
+
+def run_dir(out: Path, suite: Suite, arm: Arm, seed: int) -> Path:
+    return out / suite.name / arm.name / f"seed{seed}"
+
+
+def run_sets(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None, extra: list[str]) -> list[str]:
+    """The `--set` overrides of one run, in order (a later one of the same key wins)."""
+    sets = [f"run.out_dir={json.dumps(str(out_dir))}", f"run.seed={seed}", "metrics.tensorboard=false"]
+    if suite.model_seed:
+        sets.append(f"policies.shared.tiny.seed={seed}")
+    sets += suite.sets
+    if suite.name == "staleness" and len(os.sched_getaffinity(0)) >= 2:
+        sets += ["launch.learner_cpus=[0]", "launch.actor_cpus=[1]"]  # as on separate accelerators
+    steps = steps if steps is not None else suite.steps
+    if steps is not None:
+        sets += [f"run.steps={steps}"] + (["run.time_limit_s=0"] if suite.name != "smollm2" else [])
+    return [*sets, *arm.sets, *extra]  # the arm's own last but the caller's: run.steps=0 of mas_prompt wins
+
+
+def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None, extra: list[str]) -> list[str]:
+    """The `atgrpo-train` command line of one run (printed, and run as is)."""
+    exe = shutil.which("atgrpo-train")
+    cmd = [exe] if exe else [sys.executable, "-m", "atgrpo.cli.train"]
+    if arm.config is not None:
+        cmd.append(str(CONFIGS / arm.config))
+    for s in run_sets(suite, arm, seed, out_dir, steps, extra):
         cmd += ["--set", s]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    subprocess.run(cmd, check=True, timeout=budget_s + 1800, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return cmd
+
+
+def read_run(out_dir: Path) -> RunResult:
+    """A finished run's results, from its eval.json, metrics.jsonl and the bench's wall.json."""
+    summary = json.loads((out_dir / "eval.json").read_text())
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
-    t0 = evals[0]["time"]
-    return [(int(r["step"]), (r["time"] - t0) / 60.0, float(r["eval/success"])) for r in evals]
+    t0 = evals[0]["time"] if evals else 0.0
+    curve = [(int(r["step"]), (r["time"] - t0) / 60.0, float(r["eval/success"])) for r in evals]
+    wall = out_dir / "wall.json"
+    wall_s = json.loads(wall.read_text())["wall_s"] if wall.exists() else (rows[-1]["time"] - rows[0]["time"] if rows else 0.0)
+    return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve)
 
 
-def _plot(curves: dict[str, list[tuple[int, float, float]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, points in curves.items():
-        steps, minutes, success = zip(*points)
-        by_time.plot(minutes, success, marker="o", label=name)
-        by_step.plot(steps, success, marker="o", label=name)
-    by_time.set(xlabel="wall-clock minutes of RL", ylabel="held-out success", title="per minute")
-    by_step.set(xlabel="training step", title="per step")
-    for ax in (by_time, by_step):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the run sets its own threads
+    t0 = time.monotonic()
+    with open(out_dir / "bench.log", "ab") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)
+    if done.returncode != 0 or not (out_dir / "eval.json").exists():
+        raise RuntimeError(f"run in {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}")
+    (out_dir / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - t0}))
 
 
-def run(quick: bool) -> list[BenchRow]:
-    budget = 60 if quick else BUDGET_S
-    curves: dict[str, list[tuple[int, float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="atgrpo-learning-") as tmp:
-        models: Path | None = None
-        for name, k in MODES.items():
-            out = Path(tmp) / f"k{k}"
-            out.mkdir()
-            if models is not None:
-                shutil.copytree(models, out / "models")
-            curves[name] = _run(out, k, budget, quick)
-            models = models or out / "models"
-    _plot(curves, PNG)
-    (k0, c0), (k1, c1) = curves.items()
-    extra = {f"{name} step {s} ({m:.1f} min)": ok for name, pts in curves.items() for s, m, ok in pts}
-    return [
-        BenchRow("learning", f"{k1}: held-out success after {budget / 60:.0f} min", c1[-1][2], "frac",
-                 f"{k0}, same budget", c0[-1][2], extra=extra),
-        BenchRow("learning", f"{k1}: steps in {budget / 60:.0f} min", float(c1[-1][0]), "steps",
-                 f"{k0}, same budget", float(c0[-1][0])),
-    ]
+def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None = None, steps: int | None = None,
+              only: tuple[str, ...] = (), extra: list[str] | None = None, timeout_s: float = 4 * 3600) -> dict:
+    """Run (or read back) every arm x seed of `suite`, one at a time, then write and return the report."""
+    unknown = set(only) - {a.name for a in suite.arms}
+    if unknown:
+        raise ValueError(f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}")
+    arms = [a for a in suite.arms if not only or a.name in only]
+    results: dict[str, dict[int, RunResult]] = {}
+    for arm in arms:
+        for seed in seeds if seeds is not None else suite.seeds:
+            folder = run_dir(out, suite, arm, seed)
+            if not (folder / "eval.json").exists():
+                cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
+                print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
+                run_one(cmd, folder, timeout_s)
+            else:
+                print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
+            results.setdefault(arm.name, {})[seed] = read_run(folder)
+    summary = report(suite.name, suite.reference, results, out / suite.name)
+    plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, out / suite.name / "curves.png", suite.name)
+    return summary
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="atgrpo-bench learning", description=__doc__.split("\n")[0])
+    parser.add_argument("suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)")
+    parser.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default: the suite's)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps of every arm (default: the suite's)")
+    parser.add_argument("--only", type=lambda t: tuple(x for x in t.split(",") if x), default=(), help="comma-separated arms")
+    parser.add_argument("--out", type=Path, default=ROOT, help=f"results root (default {ROOT})")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="an override for every run (repeatable)")
+    parser.add_argument("--print-commands", action="store_true", help="print each run's command and exit")
+    args = parser.parse_args(argv)
+    suite = SUITES[args.suite]
+    if args.print_commands:
+        import shlex
+
+        for arm in suite.arms:
+            if args.only and arm.name not in args.only:
+                continue
+            for seed in args.seeds or suite.seeds:
+                folder = run_dir(args.out, suite, arm, seed)
+                print(shlex.join(command(suite, arm, seed, folder, args.steps, args.sets)))
+        return 0
+    summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets)
+    print(summary["table"])
+    print(f"\nwrote {args.out / suite.name}/summary.json, table.md, curves.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

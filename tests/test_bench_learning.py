@@ -1,0 +1,134 @@
+"""`atgrpo-bench learning` (`atgrpo.bench.learning*`): the statistics on known values, the report's
+arithmetic on hand-made runs, every suite's arms as valid configs, and two arms x two seeds of tiny
+`atgrpo-train` runs end to end, then read back on a second call without rerunning anything."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from atgrpo.bench import learning
+from atgrpo.bench.learning_report import equal_wall_time, report
+from atgrpo.bench.learning_stats import paired, summarize, value_at, verdict
+from atgrpo.config import load_config
+
+REL = 1e-12
+"""float64 sums and one square root of values below 10: rounding is ~1e-15 relative."""
+
+
+def test_summarize_known_values() -> None:
+    s = summarize([1.0, 2.0, 6.0])  # mean 3, squares 4 + 1 + 9 = 14, sd sqrt(14 / 2)
+    assert (s.n, s.min, s.max) == (3, 1.0, 6.0)
+    assert s.mean == pytest.approx(3.0, rel=REL) and s.sd == pytest.approx(math.sqrt(7.0), rel=REL)
+    one = summarize([0.25])
+    assert one.mean == 0.25 and math.isnan(one.sd)  # one seed is never certain
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_paired_differences_and_the_separation_rule() -> None:
+    ref = {0: 0.3, 1: 0.4, 2: 0.5}
+    # diffs 0.2, 0.3, 0.1: mean 0.2, sd 0.1; 2 sd / sqrt 3 = 0.115 < 0.2 -> separate. Seed 9 is not paired.
+    p = paired({0: 0.5, 1: 0.7, 2: 0.6, 9: 1.0}, ref)
+    assert p is not None and p.seeds == (0, 1, 2)
+    assert p.mean == pytest.approx(0.2, rel=1e-9) and p.sd == pytest.approx(0.1, rel=1e-9) and p.separated
+    # diffs 0.2, -0.1, 0.05: mean 0.05, sd 0.15; 2 sd / sqrt 3 = 0.173 > 0.05 -> do not separate.
+    q = paired({0: 0.5, 1: 0.3, 2: 0.55}, ref)
+    assert q is not None and q.mean == pytest.approx(0.05, rel=1e-9) and q.sd == pytest.approx(0.15, rel=1e-9)
+    assert not q.separated and verdict(q) == "do not separate"
+    assert verdict(paired({0: 0.9}, ref)) == "one seed: cannot tell"
+    assert paired({5: 0.1}, ref) is None
+    # Equal differences: sd 0, any nonzero mean separates.
+    assert paired({0: 0.4, 1: 0.5}, {0: 0.3, 1: 0.4}).separated  # type: ignore[union-attr]
+
+
+def test_value_at_takes_the_last_evaluation_reached() -> None:
+    curve = [(0, 0.0, 0.1), (20, 1.5, 0.3), (40, 3.0, 0.2)]
+    assert [value_at(curve, m) for m in (0.0, 1.4, 1.5, 2.9, 10.0)] == [0.1, 0.1, 0.3, 0.3, 0.2]
+    assert math.isnan(value_at([], 1.0))
+
+
+def _run(start: float, end: float, steps: int, minutes: float) -> learning.RunResult:
+    return learning.RunResult(start, end, steps, 60.0 * (minutes + 1), [(0, 0.0, start), (steps, minutes, end)] if steps else [(0, 0.0, start)])
+
+
+def test_report_arithmetic(tmp_path: Path) -> None:
+    results = {
+        "ref": {0: _run(0.1, 0.5, 10, 4.0), 1: _run(0.2, 0.6, 10, 6.0)},
+        "fast": {0: _run(0.1, 0.2, 10, 2.0), 1: _run(0.2, 0.4, 10, 2.0)},
+        "prompt": {0: _run(0.1, 0.1, 0, 0.0), 1: _run(0.2, 0.2, 0, 0.0)},
+    }
+    out = report("demo", "ref", results, tmp_path)
+    ref = out["arms"]["ref"]
+    assert ref["final"]["mean"] == pytest.approx(0.55, rel=REL) and ref["final"]["sd"] == pytest.approx(math.sqrt(0.005), rel=1e-9)
+    assert ref["gain"]["mean"] == pytest.approx(0.4, rel=REL) and ref["gain"]["sd"] == pytest.approx(0.0, abs=1e-15)
+    assert ref["wall_min"]["mean"] == pytest.approx(6.0, rel=REL)
+    fast = out["paired"]["fast"]["final"]  # diffs -0.3, -0.2
+    assert fast["diffs"] == pytest.approx([-0.3, -0.2], rel=1e-9) and fast["mean"] == pytest.approx(-0.25, rel=1e-9)
+    assert out["paired"]["prompt"]["gain"]["mean"] == pytest.approx(-0.4, rel=1e-9)
+    # Fastest training arm: "fast" (2 min); at 2 min "ref" had only its start evaluations.
+    assert out["equal_wall_time"]["fastest"] == "fast" and out["equal_wall_time"]["minutes"] == pytest.approx(2.0)
+    assert out["equal_wall_time"]["success"]["ref"] == pytest.approx(0.15, rel=1e-9)
+    assert out["equal_wall_time"]["success"]["fast"] == pytest.approx(0.3, rel=1e-9)
+    table = (tmp_path / "table.md").read_text()
+    assert "| ref | 2 | 55.0 ± 7.1 | 50.0 | 60.0 | 50.0, 60.0 | 40.0 ± 0.0 |" in table
+    assert "| fast | 2 | -25.0 ± 7.1 | separate |" in table
+    assert json.loads((tmp_path / "summary.json").read_text())["suite"] == "demo"
+    assert equal_wall_time({"prompt": results["prompt"]})[0] is None
+
+
+@pytest.mark.parametrize("suite", sorted(learning.SUITES))
+def test_every_arm_is_a_valid_config(suite: str) -> None:
+    s = learning.SUITES[suite]
+    assert s.reference in {a.name for a in s.arms}
+    for arm in s.arms:
+        config = str(learning.CONFIGS / arm.config) if arm.config else None
+        cfg = load_config(config, learning.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
+        assert cfg.run.seed == 7 and (not s.model_seed or cfg.policies["shared"].tiny.seed == 7)
+        if s.steps is not None:
+            assert (cfg.run.steps, cfg.run.time_limit_s) == (0 if arm.name == "mas_prompt" else s.steps, 0.0)
+
+
+def test_the_ordering_arms_are_the_papers() -> None:
+    arms = {a.name: a for a in learning.SUITES["ordering"].arms}
+    sa = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
+    assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
+
+
+TINY = [
+    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=2", "warmstart.batch_size=4", "rollout.envs_per_step=2",
+    "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", "task.turns=2", "task.env={width=6,height=6}",
+    "launch.actors=1", "policies.shared.tiny.hidden_size=32", "policies.shared.tiny.num_layers=1",
+    "policies.shared.tiny.intermediate_size=64", "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1",
+]
+
+
+def test_two_arms_two_seeds_end_to_end_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["ordering", "--only", "mas_prompt,mas_atgrpo", "--seeds", "0,1", "--steps", "1", "--out", str(tmp_path)]
+    assert learning.main([*argv, *(a for s in TINY for a in ("--set", s))]) == 0
+    summary = json.loads((tmp_path / "ordering" / "summary.json").read_text())
+    for arm, steps in (("mas_prompt", 0), ("mas_atgrpo", 1)):
+        finals = []
+        for seed in (0, 1):
+            ev = json.loads((tmp_path / "ordering" / arm / f"seed{seed}" / "eval.json").read_text())
+            assert ev["steps"] == steps
+            finals.append(ev["eval_end"])
+            assert summary["arms"][arm]["per_seed"][str(seed)]["final"] == ev["eval_end"]
+        want = summarize(finals)
+        assert summary["arms"][arm]["final"]["mean"] == pytest.approx(want.mean, rel=REL, abs=1e-15)
+        assert summary["arms"][arm]["final"]["sd"] == pytest.approx(want.sd, rel=REL, abs=1e-15)
+    assert summary["arms"]["mas_prompt"]["gain"]["max"] == 0.0  # no RL: the end is the start
+    assert (tmp_path / "ordering" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary["paired"]["mas_prompt"]["final"]["seeds"] == [0, 1]
+
+    def rerun(*_: object) -> None:
+        raise AssertionError("a finished run was run again")
+
+    monkeypatch.setattr(learning, "run_one", rerun)
+    again = learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0, 1), steps=1, only=("mas_prompt", "mas_atgrpo"))
+    assert again["table"] == summary["table"]
+    with pytest.raises(ValueError, match="no arm"):
+        learning.run_suite(learning.SUITES["ordering"], out=tmp_path, only=("nope",))
