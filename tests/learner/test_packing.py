@@ -4,12 +4,12 @@ the plan covers every sample of each policy exactly once."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import numpy as np
 import pytest
 import torch
+from spawned_ranks import spawn_ranks
 
 from atgrpo.learner.distributed import free_port
 from atgrpo.learner.packing import broadcast_flag, plan_step, scatter_plans
@@ -80,20 +80,5 @@ def _rank_main(rank: int, world: int, port: int, failures) -> None:
 
 
 def test_each_rank_receives_exactly_its_plan() -> None:
-    ctx = mp.get_context("spawn")
-    failures = ctx.Queue()
-    port, world = free_port(), 3
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, failures)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    assert not alive, "a rank hung"
-    errors = []
-    while not failures.empty():
-        errors.append(failures.get())
-    assert not errors, errors
-    assert all(p.exitcode == 0 for p in procs)
+    world = 3
+    spawn_ranks(_rank_main, world, world, free_port())

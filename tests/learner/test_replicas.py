@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from spawned_ranks import spawn_ranks
 
 from atgrpo.learner import replicas
 from atgrpo.learner.distributed import free_port
@@ -71,20 +71,4 @@ def _rank(rank: int, port: int, failures) -> None:
 
 
 def test_two_ranks_agree_on_equal_weights_and_name_the_tensor_that_drifted():
-    ctx = mp.get_context("spawn")
-    failures = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, failures)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    assert not alive, "a rank hung"
-    errors = []
-    while not failures.empty():
-        errors.append(failures.get())
-    assert not errors, errors
-    assert all(p.exitcode == 0 for p in procs)
+    spawn_ranks(_rank, 2, free_port())

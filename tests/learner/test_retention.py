@@ -4,7 +4,6 @@ finished by the next pass, and `latest` loads all along; only rank 0 removes, af
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from pydantic import ValidationError
+from spawned_ranks import spawn_ranks
 
 from atgrpo.config import load_config
 from atgrpo.learner import retention
@@ -202,23 +202,7 @@ def _rank_main(rank: int, port: int, out: str, failures) -> None:
 def test_two_ranks_over_gloo_remove_once_every_part_is_written(tmp_path: Path) -> None:
     for step in (1, 2):
         make_checkpoint(tmp_path / "checkpoints", step)
-    ctx = mp.get_context("spawn")
-    failures = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, str(tmp_path), failures)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    assert not alive, "a rank hung"
-    errors = []
-    while not failures.empty():
-        errors.append(failures.get())
-    assert not errors, errors
-    assert all(p.exitcode == 0 for p in procs)
+    spawn_ranks(_rank_main, 2, free_port(), str(tmp_path))
 
 
 def test_a_failed_removal_does_not_fail_the_checkpoint(
