@@ -6,6 +6,7 @@
     atgrpo-bench e2e            # default-config step time split and actor idle vs one process
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
+    atgrpo-bench memory         # learner step peak memory and time, chunked logits + checkpointing vs before
     atgrpo-bench all --quick    # everything above, fewer repeats
     atgrpo-bench learning SUITE # arms x seeds of atgrpo-train runs (docs/learning.md; not in `all`; no SUITE: staleness)
     atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
@@ -30,6 +31,7 @@ SUITES = {
     "transport": "atgrpo.bench.transport",
     "e2e": "atgrpo.bench.e2e",
     "sandbox": "atgrpo.bench.sandbox",
+    "memory": "atgrpo.bench.memory",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
 LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu"}
