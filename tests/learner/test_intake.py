@@ -209,6 +209,22 @@ def test_an_over_budget_sample_drops_its_whole_group_even_when_staged_earlier() 
     assert intake.finish(envs()) is None  # the dropped group is not "incomplete"
 
 
+@pytest.mark.parametrize("grouping, pooled", [("agent", GroupKey(4, 1, 2)), ("turn", GroupKey(4, 0, 1))])
+def test_an_over_budget_sample_drops_its_whole_pooled_group(grouping: str, pooled: GroupKey) -> None:
+    # Agent-wise (turn-wise) groups pool the turns (agents) of one agent (turn): the faulty sample at
+    # (4, 1, 1) takes the pooled key's K samples with it, and other groups stay.
+    lim = limits(grouping=grouping)
+    intake = UnitIntake(UNIT, lim)
+    assert intake.add([*group(pooled.env, pooled.agent, pooled.turn), *group(5, 1, 1)]) == []
+    faults = intake.add([sample(4, 1, 1, 0, prompt_ids=[1] * 40)])
+    assert [f.reason for f in faults] == ["over_budget"]
+    assert {s.key for s in intake.samples} == {GroupKey(5, 1, 1)} and intake.dropped_samples == K + 1
+    assert intake.add([sample(4, 1, 1, 1)]) == [] and intake.staged_last == 0
+    assert intake.finish(envs()) is None
+    keep, dropped = screen([*group(pooled.env, pooled.agent, pooled.turn), sample(4, 1, 1, 0, prompt_ids=[1] * 40), *group(5, 1, 1)], lim)
+    assert keep == [K + 1, K + 2] and dropped == {"over_budget": 1, "group_of_dropped": K}
+
+
 def test_an_over_budget_sample_does_not_hide_a_unit_fault() -> None:
     assert unit_fault([[sample(env=9, prompt_ids=[1] * 40)]]) == "key_outside_unit"
 
@@ -287,6 +303,7 @@ def test_limits_from_a_config() -> None:
                              "task.turns=5", "rollout.max_new_tokens=12", "train.micro_batch_tokens=99"])
     lim = IntakeLimits.from_config(cfg, {"shared": PolicyLimits(VOCAB)})
     assert (lim.roles, lim.turns, lim.k, lim.tree, lim.trajectory) == (("tool", "plan"), 5, 3, False, True)
+    assert lim.grouping == "trajectory"
     assert (lim.max_new_tokens, lim.micro_batch_tokens, lim.samples_per_env) == (12, 99, 3 * 2 * 5)
     assert dict(lim.role_policy) == {"tool": "shared", "plan": "shared"}
     assert np.isfinite(LOGPROB_EPS) and 0 < LOGPROB_EPS < 0.01

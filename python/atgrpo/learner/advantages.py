@@ -28,7 +28,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from atgrpo import kernels
-from atgrpo.messages import Sample
+from atgrpo.messages import GroupKey, Sample
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,10 @@ class Grouping(Protocol):
 
     def advantages(self, samples: Sequence[Sample]) -> Advantages: ...
 
+    def group_of(self, key: GroupKey) -> GroupKey:
+        """The advantage group a sample of key `key` belongs to (the intake drops whole ones)."""
+        ...
+
 
 class _KeyGrouping:
     """Groups by a part of the key (env, agent, turn): env always, agent and turn when named."""
@@ -85,6 +89,9 @@ class _KeyGrouping:
         turn = _column(samples, lambda s: s.key.turn) if self.by_turn else zeros
         out = kernels.compute_advantages(_column(samples, lambda s: s.key.env), agent, turn, rewards)
         return Advantages(out.advantages, out.stats, out.num_groups)
+
+    def group_of(self, key: GroupKey) -> GroupKey:
+        return GroupKey(key.env, key.agent if self.by_agent else 0, key.turn if self.by_turn else 0)
 
 
 class AgentTurnGrouping(_KeyGrouping):
@@ -114,6 +121,9 @@ class TrajectoryGrouping:
         zeros = np.zeros(len(uniq), dtype=np.int64)
         out = kernels.compute_advantages(uniq[:, 0], zeros, zeros, rewards[first])
         return Advantages(out.advantages[inverse.reshape(-1)], out.stats, out.num_groups)
+
+    def group_of(self, key: GroupKey) -> GroupKey:
+        return GroupKey(key.env, 0, 0)
 
 
 GROUPINGS: dict[str, Grouping] = {g.name: g for g in (AgentTurnGrouping(), AgentGrouping(), TurnGrouping(), TrajectoryGrouping())}

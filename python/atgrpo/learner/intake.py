@@ -16,7 +16,9 @@ Invariants:
   out again would only repeat it.
 - Whole groups or nothing: a sample leaves with its group (group fault) or its unit (unit fault),
   and a unit commits only if every group it kept is whole (`UnitIntake.finish`), so advantages are
-  never computed over half a group.
+  never computed over half a group. The group dropped is the advantage group (`rollout.grouping`'s
+  `group_of`): under agent-wise or turn-wise grouping, every turn or agent pooled with the faulty
+  sample leaves with it.
 - `sample_fault` needs no unit, so the orchestrator runs it again right before packing (`screen`):
   the learner never trains on, or crashes on, a sample that would fail it.
 - Pure bookkeeping: no locks, no I/O. The hub calls it under its own lock.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from atgrpo.config import RunConfig
+from atgrpo.learner.advantages import grouping
 from atgrpo.messages import EnvResult, GroupKey, Sample, WorkUnit
 
 LOGPROB_EPS = 1e-3
@@ -78,6 +81,8 @@ class IntakeLimits:
     max_new_tokens: int
     micro_batch_tokens: int
     """`train.micro_batch_tokens`: the packer cannot take a longer prompt + response."""
+    grouping: str = "agent_turn"
+    """`rollout.grouping`: which keys form one advantage group, so which samples a group fault drops."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig, policies: Mapping[str, PolicyLimits]) -> IntakeLimits:
@@ -85,8 +90,12 @@ class IntakeLimits:
         return cls(
             roles=tuple(a.name for a in cfg.task.agents()), role_policy=cfg.agent_policy(), policies=dict(policies),
             turns=cfg.task.turns, k=ro.k, tree=ro.sampling == "tree", trajectory=ro.grouping == "trajectory",
-            max_new_tokens=ro.max_new_tokens, micro_batch_tokens=cfg.train.micro_batch_tokens,
+            max_new_tokens=ro.max_new_tokens, micro_batch_tokens=cfg.train.micro_batch_tokens, grouping=ro.grouping,
         )
+
+    def group_of(self, key: GroupKey) -> GroupKey:
+        """The advantage group of a sample's key (itself under agent_turn)."""
+        return grouping(self.grouping).group_of(key)
 
     @property
     def samples_per_env(self) -> int:
@@ -193,16 +202,16 @@ class UnitIntake:
                 return [*faults, unit_fault]
             if fault is not None:
                 faults.append(fault)
-                self.dropped_groups.add(s.key)
-            if s.key in self.dropped_groups:
+                self.dropped_groups.add(limits.group_of(s.key))
+            if limits.group_of(s.key) in self.dropped_groups:
                 self.dropped_samples += 1
                 continue
             self._count(s)
             new.append(s)
         if faults:  # a group dropped now may have samples staged by this or earlier batches
             staged = len(self.samples) + len(new)
-            self.samples = [s for s in self.samples if s.key not in self.dropped_groups]
-            new = [s for s in new if s.key not in self.dropped_groups]
+            self.samples = [s for s in self.samples if limits.group_of(s.key) not in self.dropped_groups]
+            new = [s for s in new if limits.group_of(s.key) not in self.dropped_groups]
             self.dropped_samples += staged - len(self.samples) - len(new)
         self.samples += new
         self.staged_last = len(new)
@@ -241,7 +250,7 @@ class UnitIntake:
             return None
         k = limits.k
         for key, branches in self._branches.items():
-            if key in self.dropped_groups:
+            if limits.group_of(key) in self.dropped_groups:
                 continue
             # Tree groups and trajectory groups hold all K branches; in parallel agent-turn grouping
             # episodes end apart, so only the first decision (agent 0, turn 0) surely has all K.
@@ -264,15 +273,15 @@ def screen(samples: Sequence[Sample], limits: IntakeLimits) -> tuple[list[int], 
     """The learner's last check before packing: indices of the samples that pass `sample_fault`,
     less every other sample of a group that lost one (a step never trains on half a group); and how
     many samples were dropped for each reason (the innocent members of such groups under
-    `group_of_dropped`). Groups are keys, as the advantages see them."""
+    `group_of_dropped`). Groups are advantage groups (`IntakeLimits.group_of`), as the advantages see them."""
     dropped: Counter[str] = Counter()
     bad_groups: set[GroupKey] = set()
     for s in samples:
         fault = sample_fault(s, limits)
         if fault is not None:
             dropped[fault.reason] += 1
-            bad_groups.add(s.key)
-    keep = [i for i, s in enumerate(samples) if s.key not in bad_groups]
+            bad_groups.add(limits.group_of(s.key))
+    keep = [i for i, s in enumerate(samples) if limits.group_of(s.key) not in bad_groups]
     siblings = len(samples) - len(keep) - sum(dropped.values())
     if siblings:
         dropped["group_of_dropped"] = siblings
