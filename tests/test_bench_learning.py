@@ -92,6 +92,20 @@ def test_every_arm_is_a_valid_config(suite: str) -> None:
             assert (cfg.run.steps, cfg.run.time_limit_s) == (0 if arm.name == "mas_prompt" else s.steps, 0.0)
 
 
+def test_identical_arms_of_different_suites_share_one_run() -> None:
+    def folder(suite: str, arm: str, steps: int | None = None, extra: list[str] | None = None) -> Path:
+        s = learning.SUITES[suite]
+        return learning.run_dir(Path("/r"), s, next(a for a in s.arms if a.name == arm), 1, steps, extra)
+
+    default = folder("ordering", "mas_atgrpo")
+    assert default == folder("grouping", "agent_turn") == folder("alpha", "alpha1")
+    assert default.name == "seed1" and default.parent.parent == Path("/r/shared")
+    assert folder("ordering", "mas_trajectory") == folder("grouping", "trajectory") != default
+    assert folder("ordering", "mas_atgrpo", steps=50) != default  # another budget is another run
+    assert folder("ordering", "mas_atgrpo", extra=["rollout.k=2"]) != default
+    assert folder("ordering", "sa_grpo") == Path("/r/ordering/sa_grpo/seed1")
+
+
 def test_the_ordering_arms_are_the_papers() -> None:
     arms = {a.name: a for a in learning.SUITES["ordering"].arms}
     sa = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
@@ -113,7 +127,8 @@ def test_two_arms_two_seeds_end_to_end_then_resume(tmp_path: Path, monkeypatch: 
     for arm, steps in (("mas_prompt", 0), ("mas_atgrpo", 1)):
         finals = []
         for seed in (0, 1):
-            ev = json.loads((tmp_path / "ordering" / arm / f"seed{seed}" / "eval.json").read_text())
+            s, a = learning.SUITES["ordering"], next(a for a in learning.SUITES["ordering"].arms if a.name == arm)
+            ev = json.loads((learning.run_dir(tmp_path, s, a, seed, 1, TINY) / "eval.json").read_text())
             assert ev["steps"] == steps
             finals.append(ev["eval_end"])
             assert summary["arms"][arm]["per_seed"][str(seed)]["final"] == ev["eval_end"]
@@ -128,7 +143,8 @@ def test_two_arms_two_seeds_end_to_end_then_resume(tmp_path: Path, monkeypatch: 
         raise AssertionError("a finished run was run again")
 
     monkeypatch.setattr(learning, "run_one", rerun)
-    again = learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0, 1), steps=1, only=("mas_prompt", "mas_atgrpo"))
+    again = learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0, 1), steps=1,
+                               only=("mas_prompt", "mas_atgrpo"), extra=TINY)
     assert again["table"] == summary["table"]
     with pytest.raises(ValueError, match="no arm"):
         learning.run_suite(learning.SUITES["ordering"], out=tmp_path, only=("nope",))

@@ -9,6 +9,8 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
 Invariants:
 - Every run is `atgrpo-train` as a user runs it (a subprocess, a config file and `--set`
   overrides), in its own out_dir `<out>/<suite>/<arm>/seed<s>/`; one run at a time (2 cores).
+  Arms that are the same run in several suites (the default, trajectory GRPO) share one out_dir,
+  `<out>/shared/<key>-<digest of the command>/seed<s>/`, and are run once.
 - A run whose `eval.json` exists is read back, never rerun (resume). A run cut off before its end
   has no `eval.json` and is run again: `atgrpo-train` itself resumes it from its last checkpoint.
 - The seed changes `run.seed` and, for the built tiny model, `policies.shared.tiny.seed` too.
@@ -21,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -46,6 +49,9 @@ class Arm:
     config: str | None = None
     """A config file under `envs/planpath/`; None: the built-in defaults (the demo, `train.toml`)."""
     doc: str = ""
+    shared: str | None = None
+    """Runs of this arm are the same runs as every other arm with this key (same config, same
+    overrides): they live in `<out>/shared/<key>-<digest>/seed<s>/` and are run once for all suites."""
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,19 @@ SUITES = {s.name: s for s in (
             doc="one role (plan), K parallel episodes, trajectory groups: single agent + GRPO"),
         Arm("sa_atgrpo", SA, doc="one role (plan), tree sampling, (env, agent, turn) groups"),
         Arm("mas_prompt", ("run.steps=0",), doc="tool + plan, the warm-started model evaluated with no RL"),
-        Arm("mas_trajectory", (), "train_trajectory.toml", doc="tool + plan, parallel sampling, trajectory groups"),
-        Arm("mas_atgrpo", (), doc="tool + plan, the default: tree sampling, (env, agent, turn) groups"),
+        Arm("mas_trajectory", (), "train_trajectory.toml", doc="tool + plan, parallel sampling, trajectory groups",
+            shared="trajectory"),
+        Arm("mas_atgrpo", (), doc="tool + plan, the default: tree sampling, (env, agent, turn) groups", shared="default"),
     ), reference="mas_atgrpo", doc="the paper's ordering on the default demo"),
     Suite("grouping", (
-        Arm("trajectory", (), "train_trajectory.toml", doc="one group per env, K parallel episodes"),
+        Arm("trajectory", (), "train_trajectory.toml", doc="one group per env, K parallel episodes", shared="trajectory"),
         Arm("agent", ('rollout.grouping="agent"',), doc="key (env, agent): all turns of one agent, tree sampling"),
         Arm("turn", ('rollout.grouping="turn"',), doc="key (env, turn): all agents of one turn, tree sampling"),
-        Arm("agent_turn", (), doc="key (env, agent, turn): AT-GRPO, the default"),
+        Arm("agent_turn", (), doc="key (env, agent, turn): AT-GRPO, the default", shared="default"),
     ), reference="agent_turn", doc="the paper's grouping ablation on the default demo"),
     Suite("alpha", tuple(
-        Arm(f"alpha{a:g}".replace(".", "_"), (f"task.env.alpha={a}",), doc=f"reward = {a} * team + local")
+        Arm(f"alpha{a:g}".replace(".", "_"), () if a == 1.0 else (f"task.env.alpha={a}",),
+            doc=f"reward = {a:g} * team + local", shared="default" if a == 1.0 else None)
         for a in (0.0, 0.5, 1.0)
     ), reference="alpha1", doc="the mix of team and local reward (task.env.alpha) on the default demo"),
     Suite("smollm2", (Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),),
@@ -110,8 +118,15 @@ class RunResult:
         return self.end - self.start
 
 
-def run_dir(out: Path, suite: Suite, arm: Arm, seed: int) -> Path:
-    return out / suite.name / arm.name / f"seed{seed}"
+def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = None, extra: list[str] | None = None) -> Path:
+    """Where one run writes: its own folder, or for a shared arm the folder of its key and of a
+    digest of its whole command (config file and overrides but the out_dir), so only identical
+    runs are shared, whatever `--steps` or `--set` said."""
+    if arm.shared is None:
+        return out / suite.name / arm.name / f"seed{seed}"
+    what = [arm.config or "", *run_sets(suite, arm, -1, Path("OUT"), steps, list(extra or []))]  # any seed: one folder
+    digest = hashlib.sha256("\0".join(what).encode()).hexdigest()[:10]
+    return out / "shared" / f"{arm.shared}-{digest}" / f"seed{seed}"
 
 
 def run_sets(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None, extra: list[str]) -> list[str]:
@@ -172,7 +187,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
     results: dict[str, dict[int, RunResult]] = {}
     for arm in arms:
         for seed in seeds if seeds is not None else suite.seeds:
-            folder = run_dir(out, suite, arm, seed)
+            folder = run_dir(out, suite, arm, seed, steps, extra)
             if not (folder / "eval.json").exists():
                 cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
@@ -207,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and arm.name not in args.only:
                 continue
             for seed in args.seeds or suite.seeds:
-                folder = run_dir(args.out, suite, arm, seed)
+                folder = run_dir(args.out, suite, arm, seed, args.steps, args.sets)
                 print(shlex.join(command(suite, arm, seed, folder, args.steps, args.sets)))
         return 0
     summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets)
