@@ -14,6 +14,7 @@ from atgrpo.bench import learning
 from atgrpo.bench.learning_report import equal_wall_time, report
 from atgrpo.bench.learning_stats import paired, summarize, value_at, verdict
 from atgrpo.config import load_config
+from atgrpo.errors import LearningSuiteError
 
 REL = 1e-12
 """float64 sums and one square root of values below 10: rounding is ~1e-15 relative."""
@@ -112,6 +113,17 @@ def test_the_ordering_arms_are_the_papers() -> None:
     assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
 
 
+def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert learning.main(["ordering", "--only", "nope", "--out", str(tmp_path)]) == 1
+    assert "no arm ['nope'] in suite 'ordering'" in capsys.readouterr().err
+    assert not tmp_path.joinpath("ordering").exists()  # refused before any run
+    # A run that fails (here a config atgrpo-train refuses at once) stops the suite, naming its log.
+    with pytest.raises(LearningSuiteError, match=r"mas_prompt/seed0 failed \(exit [1-9].*bench\.log"):
+        learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
+    assert "k, envs_per_step and envs_per_unit must be >= 1" in (tmp_path / "ordering/mas_prompt/seed0/bench.log").read_text()
+    assert not (tmp_path / "ordering/mas_prompt/seed0/eval.json").exists()
+
+
 TINY = [
     "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=2", "warmstart.batch_size=4", "rollout.envs_per_step=2",
     "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", "task.turns=2", "task.env={width=6,height=6}",
@@ -146,5 +158,5 @@ def test_two_arms_two_seeds_end_to_end_then_resume(tmp_path: Path, monkeypatch: 
     again = learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0, 1), steps=1,
                                only=("mas_prompt", "mas_atgrpo"), extra=TINY)
     assert again["table"] == summary["table"]
-    with pytest.raises(ValueError, match="no arm"):
+    with pytest.raises(LearningSuiteError, match="no arm"):
         learning.run_suite(learning.SUITES["ordering"], out=tmp_path, only=("nope",))

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from atgrpo.bench.learning_plot import Curve, plot_suite
 from atgrpo.bench.learning_report import report
+from atgrpo.errors import LearningSuiteError
 
 ROOT = Path("bench-results") / "learning"
 CONFIGS = Path(__file__).resolve().parents[3] / "envs" / "planpath"
@@ -173,7 +174,7 @@ def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
     with open(out_dir / "bench.log", "ab") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False)
     if done.returncode != 0 or not (out_dir / "eval.json").exists():
-        raise RuntimeError(f"run in {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}")
+        raise LearningSuiteError(f"run in {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}")
     (out_dir / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - t0}))
 
 
@@ -182,7 +183,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
     """Run (or read back) every arm x seed of `suite`, one at a time, then write and return the report."""
     unknown = set(only) - {a.name for a in suite.arms}
     if unknown:
-        raise ValueError(f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}")
+        raise LearningSuiteError(f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}")
     arms = [a for a in suite.arms if not only or a.name in only]
     results: dict[str, dict[int, RunResult]] = {}
     for arm in arms:
@@ -225,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
                 folder = run_dir(args.out, suite, arm, seed, args.steps, args.sets)
                 print(shlex.join(command(suite, arm, seed, folder, args.steps, args.sets)))
         return 0
-    summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets)
+    try:
+        summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets)
+    except LearningSuiteError as exc:
+        print(f"atgrpo-bench learning: {exc}", file=sys.stderr)
+        return 1
     print(summary["table"])
     print(f"\nwrote {args.out / suite.name}/summary.json, table.md, curves.png")
     return 0

@@ -40,6 +40,7 @@ from atgrpo.errors.runtime import (
     PlacementError,
     ConfigChangedError,
     EvalError,
+    LearningSuiteError,
     ModelImportError,
     PromptTooLongError,
     UnitLost,
@@ -70,6 +71,7 @@ from atgrpo.errors.transport import (
 
 __all__ = [
     "ActorError",
+    "LearningSuiteError",
     "ConfigChangedError",
     "AddressError",
     "AtgrpoError",

@@ -59,6 +59,11 @@ class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 
 
+class LearningSuiteError(AtgrpoError, ValueError):
+    """`atgrpo-bench learning`: an arm the suite does not have, or a run of the suite that failed
+    (exit status or no `eval.json`; the message names its log)."""
+
+
 class UnitLost(AtgrpoError):
     """The hub refused a batch of the unit: its lease expired (this actor was too slow, or thought
     dead) and the unit is someone else's now. The actor drops the unit and asks for the next one."""
