@@ -38,6 +38,7 @@ from atgrpo.messages import (
     WorkRequest,
     WorkUnit,
 )
+from atgrpo.config.lora import lora_bases
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
 from atgrpo.transport.errors import TransportTimeout
@@ -56,12 +57,29 @@ RECONNECT_PROBE_S = 5.0
 """How long one Hello of a rejoin waits for the answer (at most `transport.request_timeout_s`)."""
 
 
-def make_engine(cfg: RunConfig, policy: str) -> PolicyHandle:
+def make_engine(cfg: RunConfig, policy: str, engines: int = 1) -> PolicyHandle:
     engine, tokenizer = open_engine(
         policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=rollout_dtype(cfg), version=-1,
-        engines_per_process=len(set(cfg.agent_policy().values())),
+        engines_per_process=engines,
     )
     return PolicyHandle(engine=engine, tokenizer=tokenizer)
+
+
+def make_engines(cfg: RunConfig, policies: list[str]) -> dict[str, PolicyHandle]:
+    """A handle per policy: an engine of its own for a full policy, one shared engine per group of
+    LoRA policies on one base, each policy seeing it with its own adapter (`engines.lora`)."""
+    groups = [[p for p in g if p in policies] for g in lora_bases(cfg)]
+    groups = [g for g in groups if g]
+    in_group = {p for g in groups for p in g}
+    full = [p for p in policies if p not in in_group]
+    engines = len(full) + len(groups)  # the device's memory is shared by engines, not by policies
+    handles = {p: make_engine(cfg, p, engines) for p in full}
+    for g in groups:
+        from atgrpo.engines.lora import open_adapter_engines
+
+        opened = open_adapter_engines(cfg, g, policy_dir(cfg, g[0]), rollout_dtype(cfg), 1.0 / engines)
+        handles.update({p: PolicyHandle(engine=e, tokenizer=t) for p, (e, t) in opened.items()})
+    return handles
 
 
 class Actor:
@@ -124,8 +142,7 @@ class Actor:
         A hub that goes silent is rejoined (`_rejoin`); the unit in hand, if any, is dropped (the
         hub reassigns it)."""
         welcome = self._join()
-        for p in self.policies:
-            self.handles[p] = make_engine(self.cfg, p)
+        self.handles = make_engines(self.cfg, self.policies)
         log.info("%s joined run %s serving %s", self.actor_id, welcome.run_id, self.policies)
         done = 0
         while max_units is None or done < max_units:
@@ -209,4 +226,4 @@ def configure_threads(n: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 
 
-__all__ = ["Actor", "ActorError", "UnitLost", "configure_threads", "make_engine"]
+__all__ = ["Actor", "ActorError", "UnitLost", "configure_threads", "make_engine", "make_engines"]

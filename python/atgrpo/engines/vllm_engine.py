@@ -24,6 +24,9 @@ the engine runs with the torch threads set before it was made (`launch.actor_thr
 - **Sleep while idle** (`rollout.vllm_sleep_when_idle`, GPU only): the actor calls `sleep` when the
   hub has no work for it and `wake` comes before the next weight load or generate, so a learner on
   the same GPU trains in the memory the KV cache held.
+- **LoRA** (`lora=(max_lora_rank, max_loras)`, `engines.lora`): `enable_lora`; a request batch
+  names one adapter (`generate(..., lora_request=)`), never none: vLLM 0.32 gives a base request
+  batched with LoRA requests an adapter's delta, so an engine serving adapters serves only adapters.
 The GPU paths (device "cuda[:N]", memory shares, sleep mode) are not tested here: no GPU in CI;
 they were written against vLLM 0.32.0's `LLM.sleep` / `wake_up` and its start-up memory check.
 """
@@ -44,7 +47,7 @@ class VllmEngine(RolloutEngine):
     def __init__(
         self, model_dir: str, *, policy: str, facts: ModelFacts, dtype: str = "float32", device: str = "cpu",
         version: int = -1, gpu_memory_utilization: float = 0.8, cpu_kv_cache_gb: float = 2.0, max_batch: int = 256,
-        max_model_len: int | None = None, sleep_when_idle: bool = False,
+        max_model_len: int | None = None, sleep_when_idle: bool = False, lora: tuple[int, int] | None = None,
     ) -> None:
         """`max_model_len`: tokens per sequence (prompt + response) the engine holds, at most the
         model's context (None: the model's context; vLLM then reserves KV memory for one sequence of
@@ -71,6 +74,8 @@ class VllmEngine(RolloutEngine):
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             # Sleep mode needs vLLM's CUDA memory pool (cumem), which it turns on itself for this flag.
             kwargs["enable_sleep_mode"] = sleep_when_idle
+        if lora is not None:
+            kwargs.update(enable_lora=True, max_lora_rank=lora[0], max_loras=lora[1], max_cpu_loras=lora[1])
         context = facts.context_length if max_model_len is None else max_model_len
         restore_threads = torch.set_num_threads
         try:
@@ -95,7 +100,10 @@ class VllmEngine(RolloutEngine):
         self._can_sleep = sleep_when_idle and not on_cpu
         self._asleep = False
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None, lora_request=None,
+    ) -> list[Completion]:
+        """`lora_request`: the adapter every prompt of the call runs with (a `vllm.lora.request.LoRARequest`)."""
         from vllm import SamplingParams as VllmParams
         from vllm.inputs import TokensPrompt
 
@@ -116,7 +124,9 @@ class VllmEngine(RolloutEngine):
             )
             for i in range(len(prompts))
         ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False, lora_request=lora_request,
+        )
         result = []
         for out in outs:
             o = out.outputs[0]

@@ -214,6 +214,7 @@ class Hub(HubLoop):
             out.update({f"hub/rejected_{k}": float(v) for k, v in rejected.items()})
             out["hub/rejected_total"] = float(sum(rejected.values()))
             out.update({k: float(v) for k, v in self.endpoint.counters.items()})
+            out.update({k: float(v) for k, v in self.endpoint.weights_sent.items()})
             out["hub/actors"] = float(len(self.actors))
         return out
 

@@ -112,6 +112,9 @@ class HubEndpoint:
         self.hard_limit_bytes = hard_limit_bytes if hard_limit_bytes is not None else 2 * max_message_bytes
         self.counters: dict[str, int] = {f"transport/rejected_{r}": 0 for r in REJECT_REASONS}
         self.counters.update({"transport/unroutable": 0, "transport/dropped_hwm": 0})
+        # Weights replies sent and their bytes (every frame: headers and tensor data), so what one
+        # weight sync costs is measured, e.g. a LoRA policy's adapter against a full model's weights.
+        self.weights_sent: dict[str, int] = {"transport/weights_replies": 0, "transport/weights_bytes": 0}
         self._own_context: zmq.Context[Any] | None = None
         self._auth: ThreadAuthenticator | None = None
         if curve_keys is not None and context is None:
@@ -174,6 +177,8 @@ class HubEndpoint:
             if not self._send([peer_id, *frames[:-1], last], what="weights"):
                 return None
             trackers.append(last.tracker)
+            self.weights_sent["transport/weights_bytes"] += sum(memoryview(f).nbytes for f in frames)
+        self.weights_sent["transport/weights_replies"] += 1
         return trackers
 
     def close(self) -> None:
