@@ -159,8 +159,8 @@ class MathWorkflow(TextWorkflow[MathState]):
         verdicts = self.verifier.verify_batch([a.text for a in answers], [p.answer for p, _, _ in items], extract=False)
         new_states = []
         for (_, st, _), a, v in zip(items, answers, verdicts):
-            mine = replace(a, correct=bool(v.correct))
-            new_states.append(replace(st, answers=st.answers[:me] + (mine,) + st.answers[me + 1 :]))
+            checked = replace(a, correct=bool(v.correct))
+            new_states.append(replace(st, answers=st.answers[:me] + (checked,) + st.answers[me + 1 :]))
         agree = self._agreement(new_states)
         out = []
         for (_, before, _), st, fmt, ok in zip(items, new_states, formats, agree):
@@ -170,7 +170,7 @@ class MathWorkflow(TextWorkflow[MathState]):
             final = self.team_answer(st)
             final_correct = final is not None and final.correct
             if role == JUDGE:
-                on_table = any(a is not None and a.correct for i, a in enumerate(before.answers) if i != me)
+                on_table = any(x is not None and x.correct for i, x in enumerate(before.answers) if i != me)
                 local, done = float(on_table and mine.correct), ok
             else:
                 local, done = (float(fmt) + float(mine.correct)) / 2.0, single or (ok and self.judge is None)

@@ -29,9 +29,12 @@ OUTPUT_CHARS = 500
 class Shown(Protocol):
     """What the team text reads of one agent's answer (`math.Answer`)."""
 
-    text: str
-    code: str | None
-    output: str
+    @property
+    def text(self) -> str: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def output(self) -> str: ...
 
 
 class TeamText:
