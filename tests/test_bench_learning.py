@@ -122,6 +122,10 @@ def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytes
         learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
     assert "k, envs_per_step and envs_per_unit must be >= 1" in (tmp_path / "ordering/mas_prompt/seed0/bench.log").read_text()
     assert not (tmp_path / "ordering/mas_prompt/seed0/eval.json").exists()
+    # A finished run without evaluations cannot be tabled: said, not a TypeError.
+    (tmp_path / "ordering/mas_prompt/seed0/eval.json").write_text('{"steps": 3, "eval_start": null, "eval_end": null}')
+    with pytest.raises(LearningSuiteError, match="no start or end evaluation"):
+        learning.read_run(tmp_path / "ordering/mas_prompt/seed0")
 
 
 TINY = [

@@ -111,7 +111,8 @@ class RunResult:
     end: float
     steps: int
     wall_s: float
-    """Whole `atgrpo-train` process, warm start and evaluations included."""
+    """Whole `atgrpo-train` process, warm start and evaluations included (of its last session only,
+    if the bench was interrupted and the run resumed from a checkpoint)."""
     curve: Curve = field(default_factory=list)
 
     @property
@@ -158,6 +159,8 @@ def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None,
 def read_run(out_dir: Path) -> RunResult:
     """A finished run's results, from its eval.json, metrics.jsonl and the bench's wall.json."""
     summary = json.loads((out_dir / "eval.json").read_text())
+    if summary.get("eval_start") is None or summary.get("eval_end") is None:
+        raise LearningSuiteError(f"{out_dir / 'eval.json'} has no start or end evaluation (run.eval_seeds = 0?)")
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
     t0 = evals[0]["time"] if evals else 0.0
