@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team", help="agents per role, e.g. reasoner=3,tool=1,judge=1 (math; replaces --roles)")
     p.add_argument("--model", help="HF-format folder for every role without --role-model (@smollm2: the cached SmolLM2)")
     p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role or one agent of a team (reasoner_2); repeatable")
+    p.add_argument("--adapter", action="append", default=[], metavar="[ROLE=]PATH", help="a peft LoRA adapter (a checkpoint's <policy>/adapter) merged into the role's model, or every role's without ROLE; repeatable")
     p.add_argument("--dataset", help="code/math problem file (default: the task pack's problems.jsonl)")
     p.add_argument("--format", default=None, help="dataset format (default: auto)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
@@ -127,6 +128,7 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
                 raise EvalError(f"no model for role {role!r}: pass --model or --role-model {role}=PATH")
             folders[role] = default
     folders = {role: str(resolve_model_path(path)) for role, path in folders.items()}  # "@smollm2", "~"
+    folders = with_adapters(folders, args.adapter, names_ok)
     for role, path in folders.items():
         if not Path(path, "config.json").is_file():
             raise EvalError(f"model folder for {role!r} not found or not HF format (no config.json): {path}")
@@ -138,6 +140,30 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
         return RunConfig.model_validate(data), folders
     except ValueError as exc:
         raise EvalError(f"config error: {exc}") from exc
+
+
+def with_adapters(folders: dict[str, str], specs: list[str], names_ok: list[str]) -> dict[str, str]:
+    """`folders` with each `--adapter [ROLE=]PATH` merged into its role's model (every role's without
+    ROLE), in a temporary folder per (model, adapter) (`models.adapters.merge_into_folder`)."""
+    import tempfile
+
+    from atgrpo.models.adapters import merge_into_folder
+
+    merged: dict[tuple[str, str], str] = {}
+    out = dict(folders)
+    for spec in specs:
+        role, sep, path = spec.partition("=")
+        if sep and role not in names_ok:
+            raise EvalError(f"--adapter {spec!r}: expected [ROLE=]PATH with ROLE one of {names_ok}")
+        path = path if sep else spec
+        if not Path(path, "adapter_config.json").is_file():
+            raise EvalError(f"--adapter {spec!r}: no peft adapter there (adapter_config.json)")
+        for r in [role] if sep else list(out):
+            key = (folders[r], str(Path(path).resolve()))
+            if key not in merged:
+                merged[key] = str(merge_into_folder(key[0], key[1], tempfile.mkdtemp(prefix="atgrpo-merged-")))
+            out[r] = merged[key]
+    return out
 
 
 def parse_team(spec: str) -> dict[str, int]:

@@ -77,4 +77,21 @@ def merge_adapter(base: dict[str, torch.Tensor], adapter: dict[str, torch.Tensor
     return merged
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "merge_adapter", "peft_config", "read_adapter", "scaling", "write_adapter"]
+def merge_into_folder(base_dir: str | Path, adapter_dir: str | Path, dest: str | Path) -> Path:
+    """An HF folder at `dest`: `base_dir`'s model with the peft adapter of `adapter_dir` merged in
+    (its tokenizer and generation config too), loadable by transformers, vLLM and `atgrpo-eval`."""
+    from atgrpo.models.folder import copy_model_files, load_model
+
+    config, tensors = read_adapter(adapter_dir)
+    if config.get("use_rslora") or config.get("use_dora"):
+        raise ValueError(f"{adapter_dir}: rsLoRA / DoRA adapters are not merged here (plain LoRA only)")
+    model = load_model(base_dir)
+    merged = merge_adapter(model.state_dict(), tensors, float(config["lora_alpha"]) / int(config["r"]))
+    model.load_state_dict(merged)
+    dest = Path(dest)
+    model.save_pretrained(dest)
+    copy_model_files(base_dir, dest)
+    return dest
+
+
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "merge_adapter", "merge_into_folder", "peft_config", "read_adapter", "scaling", "write_adapter"]
