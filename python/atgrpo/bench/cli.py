@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow, print_table, write_json
+from atgrpo.errors import BenchNotRunError
 
 SUITES = {
     "env": "atgrpo.bench.env",
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             rows += module.run(args.quick, device=args.device, vllm=not args.no_vllm)
-        except module.NotRun as exc:
+        except BenchNotRunError as exc:
             print(f"atgrpo-bench gpu: not run: {exc}")
             return NOT_RUN
     print_table(rows)

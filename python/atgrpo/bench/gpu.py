@@ -25,15 +25,12 @@ from pathlib import Path
 import torch
 
 from atgrpo.bench.report import BenchRow
+from atgrpo.errors import BenchNotRunError
 
 SUITE = "gpu"
 MISMATCH_BOUND = 1e-3
 TEMPERATURE = 0.7
 NEW_TOKENS = 32
-
-
-class NotRun(Exception):
-    """The check cannot run on this machine; the message says why."""
 
 
 def _model_folder(scratch: Path) -> tuple[Path, str]:
@@ -109,7 +106,7 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
     from atgrpo.models.folder import load_model
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise NotRun(f"no CUDA device visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
+        raise BenchNotRunError(f"no CUDA device visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
                      f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); run with --device cpu to check the code path")
     dev = resolve_device(device, setting="--device")
     rows: list[BenchRow] = []
@@ -161,4 +158,4 @@ def _vllm_rows(folder: Path, device: str, model, prompts, pad_id: int, name: str
     ]
 
 
-__all__ = ["NotRun", "run"]
+__all__ = ["run"]

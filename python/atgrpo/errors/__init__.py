@@ -35,6 +35,7 @@ from atgrpo._core import (
 from atgrpo.errors.data import DatasetError, DatasetFileError, DatasetRecordError, UnknownFormatError
 from atgrpo.errors.runtime import (
     ActorError,
+    BenchNotRunError,
     CheckpointLoadError,
     CheckpointWriteError,
     PlacementError,
@@ -71,6 +72,7 @@ from atgrpo.errors.transport import (
 
 __all__ = [
     "ActorError",
+    "BenchNotRunError",
     "LearningSuiteError",
     "ConfigChangedError",
     "AddressError",

@@ -59,6 +59,11 @@ class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 
 
+class BenchNotRunError(AtgrpoError, RuntimeError):
+    """An `atgrpo-bench` suite cannot run on this machine (e.g. `gpu` without a CUDA device); the
+    message says why."""
+
+
 class LearningSuiteError(AtgrpoError, ValueError):
     """`atgrpo-bench learning`: an arm the suite does not have, or a run of the suite that failed
     (exit status or no `eval.json`; the message names its log)."""
