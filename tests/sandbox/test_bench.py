@@ -21,7 +21,14 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
         "executions/s, concurrency 1",
         "executions/s, concurrency 2",
         "executions/s, concurrency 4",
+        "function program latency, 1 worker",
+        "stdio program latency, 1 worker",
+        "function programs/s, concurrency 2",
     }
     for row in rows.values():
         assert row["suite"] == "sandbox" and row["value"] > 0 and row["reference_value"] > 0
     assert "overhead_ms" in rows["execution latency, 1 worker"]["extra"]
+    # The single-interpreter reference (issue 21) and its targets.
+    assert rows["function programs/s, concurrency 2"]["reference_name"].startswith("one plain python -I -S")
+    assert ">= 0.9x" in rows["function programs/s, concurrency 2"]["target"]
+    assert "within +2 ms" in rows["function program latency, 1 worker"]["target"]

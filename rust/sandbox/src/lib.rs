@@ -47,6 +47,8 @@ mod error;
 mod landlock;
 mod namespaces;
 mod pool;
+mod probe;
+mod proc;
 mod program;
 mod protocol;
 mod run;
@@ -58,5 +60,6 @@ mod zygote;
 
 pub use config::SandboxConfig;
 pub use error::{Result, SandboxError};
-pub use pool::{IsolationReport, KernelFeatures, Missing, Sandbox};
+pub use pool::Sandbox;
+pub use probe::{IsolationReport, KernelFeatures, Missing};
 pub use program::{outputs_match, Program, ProgramResult, StdioCase, TestResult, Verdict};

@@ -19,7 +19,7 @@
 
 use std::cell::Cell;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use crate::seccomp::Filter;
 use crate::session::{Capture, Io, Session, Stop};
 use crate::spawn::{self, Request, Stacks};
 use crate::sys::{self, ExitInfo};
+use crate::proc::{reap, Proc};
 use crate::zygote::Zygote;
 
 /// How executions are isolated (decided once per sandbox, see `pool`).
@@ -81,49 +82,6 @@ pub struct Worker<'a> {
     pub zygote: Option<Zygote>,
     /// Whether the zygote reaped everything of the current start already (`Zygote::end`).
     pub zygote_cleaned: bool,
-}
-
-/// One process of a start: spawned by the host, or forked by the zygote (which reaps it).
-enum Proc {
-    Spawned(spawn::Child),
-    Forked { pidfd: OwnedFd, pid: i32, info: Cell<Option<Option<ExitInfo>>> },
-}
-
-impl Proc {
-    fn pidfd(&self) -> RawFd {
-        match self {
-            Proc::Spawned(c) => c.pidfd.as_raw_fd(),
-            Proc::Forked { pidfd, .. } => pidfd.as_raw_fd(),
-        }
-    }
-
-    /// A forked process whose end the zygote has not reported yet.
-    fn pending_pid(&self) -> Option<i32> {
-        match self {
-            Proc::Forked { pid, info, .. } if info.get().is_none() => Some(*pid),
-            _ => None,
-        }
-    }
-
-    fn set_ended(&self, ended: Option<ExitInfo>) {
-        if let Proc::Forked { info, .. } = self {
-            info.set(Some(ended));
-        }
-    }
-
-    /// How an exited process ended; a spawned one stays a zombie, a forked one is reaped by the
-    /// zygote (once: the answer is kept).
-    fn ended(&self, zygote: Option<&Zygote>) -> Option<ExitInfo> {
-        match self {
-            Proc::Spawned(c) => sys::wait_pidfd(c.pidfd.as_raw_fd(), false).ok(),
-            Proc::Forked { pid, info, .. } => {
-                if info.get().is_none() {
-                    info.set(Some(zygote.and_then(|z| z.wait(*pid))));
-                }
-                info.get().flatten()
-            }
-        }
-    }
 }
 
 impl Worker<'_> {
@@ -403,23 +361,3 @@ impl Worker<'_> {
         session.finish(stop, info, !blame_program, cpu_limit, results)
     }
 }
-
-/// Kills what is left of one process (its pid namespace, or its process group without namespaces)
-/// and reaps it; how it ended. The leader stays a zombie until its group is killed, so the group
-/// id cannot have been reused.
-/// A forked process is killed the same way and reaped by the zygote, whose `clean` after the start
-/// kills whatever it left.
-fn reap(proc: &Proc, isolation: &Isolation, zygote: Option<&Zygote>) -> Option<ExitInfo> {
-    sys::pidfd_kill(proc.pidfd());
-    let child = match proc {
-        Proc::Spawned(child) => child,
-        Proc::Forked { .. } => return proc.ended(zygote),
-    };
-    let info = sys::wait_pidfd(child.pidfd.as_raw_fd(), false).ok();
-    if matches!(isolation, Isolation::Fallback) {
-        unsafe { libc::kill(-child.pid, libc::SIGKILL) };
-    }
-    let _ = sys::wait_pidfd(child.pidfd.as_raw_fd(), true);
-    info
-}
-
