@@ -67,10 +67,12 @@ def test_nucleus_logprobs_are_renormalised(engine_and_tok, hf, smollm2):
     assert min(gaps) >= -1e-4 and max(gaps) > 1e-2
 
 
-def test_a_prompt_longer_than_the_context_is_a_typed_error(engine_and_tok):
+def test_a_prompt_longer_than_the_engine_budget_is_a_typed_error(engine_and_tok):
     engine, _ = engine_and_tok
-    with pytest.raises(PromptTooLongError, match="8192"):
-        engine.generate([[1] * 8190], SamplingParams(max_new_tokens=8))
+    budget = engine.context_length  # rollout.max_prompt_tokens + max_new_tokens, below the model's 8192
+    assert budget < 8192
+    with pytest.raises(PromptTooLongError, match=f"{budget} tokens per sequence"):
+        engine.generate([[1] * (budget - 4)], SamplingParams(max_new_tokens=8))
 
 
 def test_training_refuses_nucleus_sampling():
