@@ -10,6 +10,7 @@
     atgrpo-bench all --quick    # everything above, fewer repeats
     atgrpo-bench learning SUITE # arms x seeds of atgrpo-train runs (docs/learning.md; not in `all`; no SUITE: staleness)
     atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
+    atgrpo-bench lora           # LoRA per role vs full fine-tuning on SmolLM2: sync bytes, learner and actor memory (not in `all`)
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
 machines are shared, so read the ratios, not the absolute numbers.
@@ -35,7 +36,7 @@ SUITES = {
     "memory": "atgrpo.bench.memory",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
-LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu"}
+LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu", "lora": "atgrpo.bench.lora"}
 """Suites that take many minutes, or need a GPU: run only when named."""
 NOT_RUN = 2
 """Exit status of a suite that cannot run on this machine (it prints why)."""

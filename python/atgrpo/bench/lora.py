@@ -1,0 +1,187 @@
+"""`atgrpo-bench lora`: LoRA per role against full fine-tuning, two roles on SmolLM2-135M, as ratios
+measured in one run:
+
+- one weight sync (hub -> actor over ipc, `transport/weights_bytes`): the full model against one
+  r = 8 adapter (target: adapter bytes < 1/20 of the full model's);
+- one learner step of two policies: full fine-tuning (two models, two AdamW states) against two
+  adapters on one shared frozen base (target: peak memory of LoRA <= 0.6x);
+- an actor serving two roles: two torch engines against one torch engine holding two adapters
+  (resident memory, rollout tokens/s).
+
+Learner and actor figures run in child processes, one per arm, so each peak RSS (`ru_maxrss`, the
+process's high-water mark; CPU memory here, no GPU) is that arm's alone; the child's RSS right
+after its imports is subtracted. Actors also report resident memory with the engines up. vLLM's LoRA engine is not measured here (its CPU build is slow
+with LoRA: see the README); the GPU figures are not measured at all.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from atgrpo.bench.report import BenchRow
+
+SUITE = "lora"
+R = 8
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _config(model: Path, out: Path, lora: bool):
+    from atgrpo.config import load_config
+
+    sets = [f"run.out_dir='{out}'", "warmstart.steps=0", "role_policy={plan='plan', tool='tool'}",
+            f"policies.plan.path='{model}'", f"policies.tool.path='{model}'", "rollout.max_prompt_tokens=256"]
+    if lora:
+        sets += [f"policies.plan.lora={{r={R}, alpha={2 * R}.0}}", f"policies.tool.lora={{r={R}, alpha={2 * R}.0}}"]
+    return load_config(None, sets)
+
+
+def _learner_arm(model: Path, lora: bool, steps: int) -> dict:
+    from atgrpo.learner.microbatch import MicroBatch
+    from atgrpo.learner.packing import OptimizerStep, RankPlan
+    from atgrpo.learner.trainer import Trainer
+
+    base = _rss_mb()
+    trainer = Trainer(_config(model, Path(tempfile.mkdtemp()), lora))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 1000, (4, 192), generator=gen)
+    ones = torch.ones_like(ids)
+    mask = ones.bool()
+    mask[:, :128] = False  # a 128-token prompt, 64 response tokens
+    mb = MicroBatch(ids, ones, mask, torch.randn(4, 192, generator=gen), -ones.float(), mask.float())
+    plan = RankPlan({p: [OptimizerStep([mb], int(mask.sum()))] for p in ("plan", "tool")}, True)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.train(plan)
+        times.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(times[1:] or times), "peak_mb": _peak_mb() - base}
+
+
+def _actor_arm(model: Path, lora: bool, tokens: int) -> dict:
+    from atgrpo.actor.actor import make_engines
+    from atgrpo.engines.base import SamplingParams
+
+    base = _rss_mb()
+    cfg = _config(model, Path(tempfile.mkdtemp()), lora)
+    handles = make_engines(cfg, ["plan", "tool"])
+    gen = torch.Generator().manual_seed(0)
+    for p, h in handles.items():
+        if lora:  # non-zero adapters: the LoRA path really runs
+            shared = h.engine.shared  # type: ignore[attr-defined]
+            own = shared.adapters[p].state_dict()
+            h.engine.load_weights(0, {k: torch.randn(v.shape, generator=gen) * 0.01 for k, v in own.items()})
+    prompts = [torch.randint(10, 1000, (48,), generator=gen).tolist() for _ in range(8)]
+    params = SamplingParams(max_new_tokens=tokens, temperature=1.0)
+    made, t0 = 0, time.perf_counter()
+    for p in ("plan", "tool"):
+        made += sum(len(c.token_ids) for c in handles[p].engine.generate(prompts, params, seed=1))
+    tok_s = made / (time.perf_counter() - t0)
+    gc.collect()
+    # Resident memory with the engines up: a peak would count load-time transients (safetensors
+    # pages, the fp32 cast), which differ from what an actor holds while it serves.
+    return {"tok_s": tok_s, "peak_mb": _peak_mb() - base, "rss_mb": _rss_mb() - base}
+
+
+def _child(part: str, model: Path, lora: bool, quick: bool) -> dict:
+    args = [sys.executable, "-m", "atgrpo.bench.lora", part, str(model), "lora" if lora else "full", "quick" if quick else "full"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"atgrpo-bench lora {part} ({'lora' if lora else 'full'}) failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _sync(model: Path, repeats: int) -> dict[str, dict]:
+    """Bytes and median seconds of one weights reply: the full model's state, and one adapter's."""
+    from atgrpo.learner.hub import Hub
+    from atgrpo.learner.intake import IntakeLimits, PolicyLimits
+    from atgrpo.learner.ledger import VersionLedger
+    from atgrpo.models.folder import load_model
+    from atgrpo.models.peft_models import AdapterWeights, attach_adapters
+    from atgrpo.transport import ActorClient, HubEndpoint, private_ipc_address
+
+    cfg = _config(model, Path(tempfile.mkdtemp()), True)
+    full = {k: v.contiguous() for k, v in load_model(model).state_dict().items()}
+    adapter = AdapterWeights(attach_adapters(load_model(model), cfg, ["plan"]), "plan").state_dict()
+    adapter = {k: v.detach().clone().contiguous() for k, v in adapter.items()}
+    limits = IntakeLimits(roles=("tool", "plan"), role_policy={"tool": "tool", "plan": "plan"},
+                          policies={p: PolicyLimits(50_000, 2048) for p in ("plan", "tool")}, turns=1, k=2, tree=True,
+                          trajectory=False, max_new_tokens=8, micro_batch_tokens=4096)
+    hub = Hub(HubEndpoint(private_ipc_address(Path(tempfile.mkdtemp()) / "ipc")), VersionLedger("bench", {"plan": 0, "tool": 0}),
+              limits=limits, unit_timeout_s=300.0)
+    hub.start()
+    out = {}
+    try:
+        with ActorClient(hub.endpoint.address, "bench", timeout_s=300.0) as client:
+            for name, policy, tensors in (("full", "tool", full), ("adapter", "plan", adapter)):
+                hub.publish(policy, 0, tensors)
+                times, sent = [], 0.0
+                for _ in range(repeats):
+                    before = hub.metrics()["transport/weights_bytes"]
+                    t0 = time.perf_counter()
+                    client.request_weights(policy, 0)
+                    times.append(time.perf_counter() - t0)
+                    sent = hub.metrics()["transport/weights_bytes"] - before
+                out[name] = {"bytes": sent, "s": statistics.median(times)}
+    finally:
+        hub.stop("bench over", drain_s=0.0)
+    return out
+
+
+def run(quick: bool) -> list[BenchRow]:
+    from atgrpo.models.importer import smollm2_folder
+
+    model = smollm2_folder()
+    sync = _sync(model, 2 if quick else 5)
+    rows = [
+        BenchRow(SUITE, f"weight sync bytes, adapter r={R}", sync["adapter"]["bytes"] / 2**20, "MiB", "full model",
+                 sync["full"]["bytes"] / 2**20, False, "adapter < 1/20 of full",
+                 sync["adapter"]["bytes"] < sync["full"]["bytes"] / 20),
+        BenchRow(SUITE, f"weight sync time, adapter r={R}", sync["adapter"]["s"], "s", "full model", sync["full"]["s"], False),
+    ]
+    learner = {arm: _child("learner", model, arm == "lora", quick) for arm in ("full", "lora")}
+    ratio = learner["lora"]["peak_mb"] / learner["full"]["peak_mb"]
+    rows += [
+        BenchRow(SUITE, "learner peak memory, 2 policies, LoRA on one base", learner["lora"]["peak_mb"], "MB",
+                 "2 full models", learner["full"]["peak_mb"], False, "LoRA <= 0.6x", ratio <= 0.6),
+        BenchRow(SUITE, "learner step time, 2 policies, LoRA on one base", learner["lora"]["step_s"], "s",
+                 "2 full models", learner["full"]["step_s"], False),
+    ]
+    actor = {arm: _child("actor", model, arm == "lora", quick) for arm in ("full", "lora")}
+    rows += [
+        BenchRow(SUITE, "actor resident memory, 1 torch engine + 2 adapters", actor["lora"]["rss_mb"], "MB",
+                 "2 torch engines", actor["full"]["rss_mb"], False),
+        BenchRow(SUITE, "actor peak memory, 1 torch engine + 2 adapters", actor["lora"]["peak_mb"], "MB",
+                 "2 torch engines", actor["full"]["peak_mb"], False),
+        BenchRow(SUITE, "actor rollout, 1 torch engine + 2 adapters", actor["lora"]["tok_s"], "tok/s",
+                 "2 torch engines", actor["full"]["tok_s"], True),
+    ]
+    return rows
+
+
+if __name__ == "__main__":  # a child arm: PART MODEL full|lora quick|full
+    part, folder, arm, speed = sys.argv[1:5]
+    torch.set_num_threads(1)
+    if part == "learner":
+        result = _learner_arm(Path(folder), arm == "lora", 2 if speed == "quick" else 4)
+    else:
+        result = _actor_arm(Path(folder), arm == "lora", 16 if speed == "quick" else 64)
+    print(json.dumps(result))
