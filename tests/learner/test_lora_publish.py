@@ -3,6 +3,8 @@ policy beside it (on the same base) still sends every weight."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from atgrpo.config import load_config
@@ -14,6 +16,16 @@ from atgrpo.learner.trainer import Trainer
 from atgrpo.paths import policy_dir
 from atgrpo.transport import ActorClient, HubEndpoint, private_ipc_address
 from atgrpo.warmstart.prepare import prepare_models
+
+
+def replied(hub: Hub, replies: int, within_s: float = 10.0) -> float:
+    """The hub's weights bytes once it has counted `replies` replies: the hub thread counts a reply
+    after its last chunk is queued, which may be after the actor has it."""
+    deadline = time.monotonic() + within_s
+    while hub.metrics()["transport/weights_replies"] < replies:
+        assert time.monotonic() < deadline, f"the hub did not count {replies} weights replies in {within_s} s"
+        time.sleep(0.01)
+    return hub.metrics()["transport/weights_bytes"]
 
 
 def test_lora_publish_sends_the_adapter_only(tmp_path):
@@ -38,7 +50,7 @@ def test_lora_publish_sends_the_adapter_only(tmp_path):
                 hub.publish(p, 0, weights[p])
                 before = hub.metrics()["transport/weights_bytes"]
                 _, got[p] = client.request_weights(p, 0)
-                sent[p] = hub.metrics()["transport/weights_bytes"] - before
+                sent[p] = replied(hub, 1 + (p == "b")) - before
     finally:
         hub.stop("test over", drain_s=0.0)
     tensor_bytes = {p: sum(t.numel() * t.element_size() for t in weights[p].values()) for p in weights}

@@ -135,10 +135,12 @@ def _sync(model: Path, repeats: int) -> dict[str, dict]:
                 hub.publish(policy, 0, tensors)
                 times, sent = [], 0.0
                 for _ in range(repeats):
-                    before = hub.metrics()["transport/weights_bytes"]
+                    before, replies = (hub.metrics()[f"transport/weights_{k}"] for k in ("bytes", "replies"))
                     t0 = time.perf_counter()
                     client.request_weights(policy, 0)
                     times.append(time.perf_counter() - t0)
+                    while hub.metrics()["transport/weights_replies"] <= replies:  # counted after the last chunk is queued
+                        time.sleep(0.001)
                     sent = hub.metrics()["transport/weights_bytes"] - before
                 out[name] = {"bytes": sent, "s": statistics.median(times)}
     finally:
