@@ -45,3 +45,11 @@ def test_warm_start_and_kl_are_refused_with_lora():
     with pytest.raises(ValidationError, match="kl_coef"):
         load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.kl_coef=0.1"])
     assert load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]).policies["shared"].path == "/x"
+
+
+def test_lora_config_round_trips_through_toml(tmp_path):
+    """A run resumes from its written config.toml: a LoRA section (and a full policy's None) reads back equal."""
+    cfg = load_config(None, [*TWO, "policies.a.lora={r=8, target_modules=['q_proj','down_proj']}", "policies.b.lr=1e-4"])
+    path = tmp_path / "config.toml"
+    path.write_text(cfg.to_toml())
+    assert load_config(path) == cfg
