@@ -44,9 +44,9 @@ def freeze_in_weight_transfer(marker: Path) -> None:
 
     original = endpoints.ActorClient._exchange
 
-    def exchange(self, msg, timeout_s):
+    def exchange(self, msg, timeout_s, **kwargs):
         if not (isinstance(msg, WeightsRequest) and msg.version >= 1):
-            return original(self, msg, timeout_s)
+            return original(self, msg, timeout_s, **kwargs)
         self._sock.send(codec.encode(msg))
         self._sock.poll(60_000, zmq.POLLIN)  # the first frame of the reply is here
         marker.write_text(f"{msg.version}\n")

@@ -265,7 +265,7 @@ class HubLoop:
         for rnd in self._rounds.values():
             for unit_id, lease in list(rnd.leases.items()):
                 if lease.deadline < now:
-                    log.warning("unit %d of step %d: actor %s made no progress for %g s; reassigning", unit_id,
+                    log.warning("unit %d of step %d: actor %s silent for %g s (no batch, request or weights chunk); reassigning", unit_id,
                                 rnd.step, lease.actor, self.unit_timeout_s)
                     self._release(rnd, unit_id)
                     self.actors.pop(lease.actor, None)
