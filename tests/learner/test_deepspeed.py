@@ -65,6 +65,9 @@ def world_of_one():
     yield
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is not None:  # DeepSpeed caches groups of the group just destroyed; the next module makes a new one
+        groups._WORLD_GROUP = groups._DATA_PARALLEL_GROUP = groups._ZERO_PARAM_INTRA_PARALLEL_GROUP = None
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
