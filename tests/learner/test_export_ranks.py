@@ -8,6 +8,7 @@ import os
 
 import torch
 import torch.multiprocessing as mp
+from spawned_ranks import spawn_ranks
 
 from atgrpo.config import load_config
 from atgrpo.learner.distributed import free_port
@@ -47,22 +48,8 @@ def _rank(rank: int, port: int, out_dir: str, results, failures) -> None:
 
 def test_only_rank_0_exports_and_every_rank_sees_a_drifted_replica(tmp_path):
     prepare_models(_config(tmp_path), device=torch.device("cpu"))
-    ctx = mp.get_context("spawn")
-    results, failures = ctx.Queue(), ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path), results, failures)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    assert not alive, "a rank hung"
-    errors = []
-    while not failures.empty():
-        errors.append(failures.get())
-    assert not errors, errors
+    results = mp.get_context("spawn").Queue()
+    spawn_ranks(_rank, 2, free_port(), str(tmp_path), results)
     got = {}
     while not results.empty():
         item = results.get()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from deepspeed_cases import EXTRA_CONFIG, LOSS, WEIGHT_DECAY, build_model, choose_grad_clip, make_steps, total_tokens
-from test_deepspeed import world_of_one  # noqa: F401  (fixture)
+from deepspeed_cases import EXTRA_CONFIG, LOSS, WEIGHT_DECAY, choose_grad_clip, total_tokens
+from test_deepspeed import model_dir, steps, world_of_one  # noqa: F401  (fixtures)
 
 from atgrpo.config import RunConfig
 from atgrpo.engines.factory import open_engine, rollout_dtype
@@ -31,16 +31,6 @@ weights' scale (2^-15 ~ 3e-5 for |w| >= 2^-8), so a pure-bf16 update rounds back
 RESOLVED = 2.0**-8
 """Weights at least this large cannot move in bf16 by a step of ~SMALL_LR: half their spacing is 2^-16."""
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return build_model(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def steps(model_dir):
-    return make_steps(model_dir)
 
 
 def torch_backend(model_dir: Path, dtype: str, lr: float = SMALL_LR, grad_clip: float = 1e9) -> TorchBackend:
