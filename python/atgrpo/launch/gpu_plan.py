@@ -114,7 +114,7 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, in
     compute = _DTYPE_BYTES[tr.dtype]
     tokens = tr.micro_batch_tokens
     per_layer = 8 * shape.hidden + 4 * shape.intermediate
-    if getattr(tr, "gradient_checkpointing", False):
+    if tr.gradient_checkpointing:
         acts = tokens * compute * (shape.layers * shape.hidden + per_layer)
     else:
         acts = tokens * compute * shape.layers * per_layer
@@ -126,8 +126,10 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, in
 
 def torch_engine_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     """Weights in the rollout dtype and the KV cache of one generate call of a unit."""
+    from atgrpo.engines.factory import rollout_dtype
+
     ro = cfg.rollout
-    size = _DTYPE_BYTES[getattr(ro, "dtype", None) or cfg.train.dtype]
+    size = _DTYPE_BYTES[rollout_dtype(cfg)]
     seqs = ro.envs_per_unit * ro.k
     kv = seqs * (ro.max_prompt_tokens + ro.max_new_tokens) * shape.layers * 2 * shape.kv_dim * size
     return shape.params * size + kv
