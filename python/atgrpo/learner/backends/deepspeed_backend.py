@@ -55,7 +55,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from atgrpo.devices import collective_backend, model_device
+from atgrpo.devices import collective_backend, collective_device, model_device
 from atgrpo.errors import PlacementError
 from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
 from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
@@ -222,7 +222,7 @@ class DeepSpeedBackend(LearnerBackend):
 
     def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
         # float64 so that metric sums over many tokens do not lose digits; gloo and nccl both take it.
-        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        t = torch.tensor(values, dtype=torch.float64, device=collective_device(self.device))
         dist.all_reduce(t, op=op)
         return t.tolist()
 
