@@ -62,7 +62,7 @@ class Suite:
     reference: str
     """The arm the others are compared with, seed by seed."""
     seeds: tuple[int, ...] = (0, 1, 2)
-    steps: int | None = 150
+    steps: int | None = 100
     """RL steps of every arm (no time limit); None: a time-budget suite or the config's own steps."""
     sets: tuple[str, ...] = ()
     """Overrides of every run of the suite."""
