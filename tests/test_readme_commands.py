@@ -1,9 +1,10 @@
-"""Every `atgrpo-train` and `atgrpo-eval` command of the README builds a valid config, for every task.
+"""Every `atgrpo-train` and `atgrpo-eval` command of the documentation builds a valid config, for every task.
 
-The commands are read from README.md's bash blocks (continuation lines joined, comments dropped) and
-parsed by the CLIs' own parsers; placeholders (`my.toml`, model folders) are replaced by the built-in
-defaults and a tiny model folder. The task packs' commands (`envs/<task>/task.toml`) are checked for
-every task too, and the README's Sudoku evaluation is run in-process on the tiny model.
+The documentation is README.md (the front page) and every page of docs/. The commands are read from
+their bash blocks (continuation lines joined, comments dropped) and parsed by the CLIs' own parsers;
+placeholders (`my.toml`, model folders) are replaced by the built-in defaults and a tiny model folder.
+The task packs' commands (`envs/<task>/task.toml`) are checked for every task too, and the README's
+Sudoku evaluation is run in-process on the tiny model.
 """
 
 from __future__ import annotations
@@ -22,13 +23,20 @@ from atgrpo.models import build_tiny_model
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = tuple(TASK_ROLES)
 PLACEHOLDER_CONFIGS = {"my.toml"}
-"""Config files the README names as examples of the reader's own."""
+"""Config files the documentation names as examples of the reader's own."""
+DOC_PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+"""The pages whose commands are checked: the front page and the reference pages it links to."""
 
 
-def readme_commands(program: str) -> list[list[str]]:
-    """The argument lists of every `program ...` line in README.md's bash blocks."""
+def doc_commands(program: str) -> list[list[str]]:
+    """The argument lists of every `program ...` line in the bash blocks of every page of DOC_PAGES."""
+    return [argv for page in DOC_PAGES for argv in page_commands(page, program)]
+
+
+def page_commands(page: Path, program: str) -> list[list[str]]:
+    """The argument lists of every `program ...` line in the bash blocks of one Markdown page."""
     commands, in_bash, pending = [], False, ""
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in page.read_text().splitlines():
         if line.startswith("```"):
             in_bash = line.strip() == "```bash" and not in_bash
             continue
@@ -71,11 +79,19 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(spec, tmp_path_factory.mktemp("models") / "tiny")
 
 
-TRAIN = readme_commands("atgrpo-train")
-EVAL = readme_commands("atgrpo-eval")
+TRAIN = doc_commands("atgrpo-train")
+EVAL = doc_commands("atgrpo-eval")
 
 
-def test_the_readme_has_commands_for_every_task() -> None:
+def test_the_docs_pages_are_read() -> None:
+    """The reference pages moved out of the README are checked too, not only the front page."""
+    pages = {page.name for page in DOC_PAGES}
+    assert {"README.md", "code-and-math.md", "configuration.md", "real-models.md"} <= pages
+    assert page_commands(ROOT / "README.md", "atgrpo-train")
+    assert page_commands(ROOT / "docs" / "code-and-math.md", "atgrpo-eval")
+
+
+def test_the_docs_have_commands_for_every_task() -> None:
     assert len(TRAIN) >= 5 and len(EVAL) >= 4
     trained = {load_config(*_train_args(argv)).task.task for argv in TRAIN}
     evaluated = {a.task or load_config(a.config and ROOT / a.config).task.task for a in map(build_parser().parse_args, EVAL)}
@@ -92,14 +108,14 @@ def _train_args(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 @pytest.mark.parametrize("argv", TRAIN, ids=[" ".join(a) or "(no arguments)" for a in TRAIN])
-def test_readme_train_command_builds_a_valid_config(argv: list[str]) -> None:
+def test_documented_train_command_builds_a_valid_config(argv: list[str]) -> None:
     cfg = load_config(*_train_args(argv))
     assert set(cfg.role_policy) == set(cfg.task.roles or [])
     assert "max_steps" not in cfg.task.env_params()
 
 
 @pytest.mark.parametrize("argv", EVAL, ids=[" ".join(a) for a in EVAL])
-def test_readme_eval_command_builds_a_valid_config(argv: list[str], tiny: Path) -> None:
+def test_documented_eval_command_builds_a_valid_config(argv: list[str], tiny: Path) -> None:
     args = build_parser().parse_args(with_model(argv, tiny))
     args.config = args.config and str(ROOT / args.config)
     cfg, folders = eval_config(args)
