@@ -39,7 +39,7 @@ until every result is in (input order); call it from any number of threads, or a
 `run_batch_async` (the default executor of the running loop). Construction probes the machine once
 (namespaces, Landlock, seccomp) and runs a self-test program; what was not available is in
 `Sandbox.isolation` and is warned about (`SandboxIsolationWarning`), unless `require_namespaces`
-makes it an error. Isolation details: `rust/sandbox/src/lib.rs` and README "Sandbox".
+makes it an error. Isolation details: `rust/sandbox/src/lib.rs` and docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class SandboxConfig(BaseModel):
     max_starts: int = 3
     """Interpreter starts per program; tests left after the last one are `skipped`."""
     namespaces: bool = True
-    """Use Linux namespaces where the kernel allows (see README for what each layer adds)."""
+    """Use Linux namespaces where the kernel allows (docs/sandbox.md says what each layer adds)."""
     require_namespaces: bool = False
     """Raise `SandboxUnavailableError` instead of warning when namespaces are unavailable."""
     read_paths: list[str] = []

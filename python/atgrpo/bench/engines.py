@@ -1,8 +1,12 @@
 """`atgrpo-bench engines`: the rollout engines on the real model (SmolLM2-135M-Instruct), all in one run.
 
 - Decoding throughput of the vLLM engine and the torch engine against transformers' `generate`, at
-  batch 16 and 64, 64 new tokens (`--quick`: batch 4, 16 tokens, one repeat). Greedy decoding, so all three produce the same tokens (the same
-  work); tokens/s counts generated tokens, stop tokens included.
+  batch 16 and 64, 64 new tokens (`--quick`: batch 4, 16 tokens, one repeat). Greedy decoding;
+  tokens/s counts generated tokens, stop tokens included.
+- Token identity: whether each engine's greedy tokens equal transformers' on the same prompts
+  (sequences identical, and the mean share of tokens before the first difference). fp32 greedy
+  decoding agrees until two candidates are within rounding of each other, after which the texts
+  part; the row shows how often that happened rather than assuming the three did the same work.
 - One in-place weight reload of each engine, against starting the engine afresh (what a system
   without in-place reload pays per version).
 - The engine-versus-learner log-probability mismatch (mean |Δ| per token, fp32, T = 0.7), against
@@ -33,8 +37,9 @@ def _prompts(tokenizer, n: int) -> list[list[int]]:
     return [encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)]
 
 
-def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> int:
-    """transformers' own `generate`, greedy, left-padded batch; returns the generated token count."""
+def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> list[list[int]]:
+    """transformers' own `generate`, greedy, left-padded batch; each prompt's generated tokens up to
+    and including its first stop token."""
     import torch
 
     pad_id, stops = facts.pad_token_id, facts.stop_token_ids
@@ -47,23 +52,36 @@ def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> int
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
                              pad_token_id=pad_id, eos_token_id=list(stops))
-    new = out[:, width:]
-    count = 0
-    for row in new.tolist():
+    seqs = []
+    for row in out[:, width:].tolist():
         stop_at = next((j for j, t in enumerate(row) if t in stops), None)
-        count += len(row) if stop_at is None else stop_at + 1
-    return count
+        seqs.append(row if stop_at is None else row[: stop_at + 1])
+    return seqs
 
 
-def _timed(fn, repeats: int) -> tuple[float, int]:
-    """(median seconds, tokens of the last call) over `repeats` calls after one warm-up."""
+def _timed(fn, repeats: int) -> tuple[float, list[list[int]]]:
+    """(median seconds, token sequences of the last call) over `repeats` calls after one warm-up."""
     fn()
-    times, tokens = [], 0
+    times: list[float] = []
+    seqs: list[list[int]] = []
     for _ in range(repeats):
         start = time.perf_counter()
-        tokens = fn()
+        seqs = fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times), tokens
+    return statistics.median(times), seqs
+
+
+def token_identity(got: list[list[int]], want: list[list[int]]) -> tuple[float, float]:
+    """(share of sequences identical to `want`'s, mean share of `want`'s tokens before the first
+    difference) of two lists of token sequences for the same prompts."""
+    if len(got) != len(want) or not want:
+        raise ValueError(f"token identity needs the same prompts: {len(got)} sequences against {len(want)}")
+    same, prefix = 0, 0.0
+    for g, w in zip(got, want):
+        same += g == w
+        agree = next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+        prefix += agree / max(len(w), 1)
+    return same / len(want), prefix / len(want)
 
 
 def run(quick: bool) -> list[BenchRow]:
@@ -92,15 +110,24 @@ def run(quick: bool) -> list[BenchRow]:
     rows: list[BenchRow] = []
     for batch in batches:
         prompts = _prompts(tok, batch)
-        ref_s, ref_tokens = _timed(lambda: _hf_generate(hf, prompts, new_tokens, facts), repeats)
+        ref_s, ref_seqs = _timed(lambda: _hf_generate(hf, prompts, new_tokens, facts), repeats)
+        ref_tokens = sum(map(len, ref_seqs))
         for name, engine in (("vllm", vllm_engine), ("torch", torch_engine)):
-            def gen(engine=engine) -> int:
-                return sum(len(c.token_ids) for c in engine.generate(prompts, greedy))
+            def gen(engine=engine) -> list[list[int]]:
+                return [list(c.token_ids) for c in engine.generate(prompts, greedy)]
 
-            secs, tokens = _timed(gen, repeats)
+            secs, seqs = _timed(gen, repeats)
+            tokens = sum(map(len, seqs))
+            identical, prefix = token_identity(seqs, ref_seqs)
             rows.append(BenchRow(
                 SUITE, f"{name} engine tokens/s, batch {batch}", tokens / secs, "tok/s",
-                "transformers generate", ref_tokens / ref_s, extra={"tokens": tokens, "reference_tokens": ref_tokens},
+                "transformers generate", ref_tokens / ref_s,
+                extra={"tokens": tokens, "reference_tokens": ref_tokens, "identical_sequences": identical,
+                       "agreeing_prefix": prefix},
+            ))
+            rows.append(BenchRow(
+                SUITE, f"{name} engine greedy tokens identical to transformers, batch {batch}", identical,
+                "share of sequences", "all identical", 1.0, extra={"agreeing_prefix": prefix},
             ))
     weights = {k: v.clone() for k, v in hf.state_dict().items()}
     for name, engine, start_s in (("vllm", vllm_engine, vllm_start_s), ("torch", torch_engine, torch_start_s)):

@@ -11,7 +11,7 @@ measured in one run:
 Learner and actor figures run in child processes, one per arm, so each peak RSS (`ru_maxrss`, the
 process's high-water mark; CPU memory here, no GPU) is that arm's alone; the child's RSS right
 after its imports is subtracted. Actors also report resident memory with the engines up. vLLM's LoRA engine is not measured here (its CPU build is slow
-with LoRA: see the README); the GPU figures are not measured at all.
+with LoRA: see docs/lora.md); the GPU figures are not measured at all.
 """
 
 from __future__ import annotations

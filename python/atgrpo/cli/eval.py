@@ -9,7 +9,7 @@
 
 The workflow is the training one (`make_workflow`), with the roles of the config or `--roles`
 (one role: the single-agent baseline), or a team of several agents per role with `--team` (math:
-`reasoner=N,tool=M,judge=1`; see README "Teams"). Greedy decoding (default) rolls out one episode per problem;
+`reasoner=N,tool=M,judge=1`; see docs/code-and-math.md "Teams"). Greedy decoding (default) rolls out one episode per problem;
 `--samples n` rolls out n independent episodes (parallel sampling) at `--temperature` and reports
 pass@k for each `--k` (unbiased estimator, k <= n). Accuracy is the mean success over all episodes
 (pass@1). Problems: code/math use the eval dataset (`--dataset`, default the task pack's set), games

@@ -173,7 +173,7 @@ class RolloutSection(Section):
     vllm_sleep_when_idle: bool = False
     """vLLM engines on a GPU sleep while their actor waits for work (level 1: weights copied to
     host memory, KV cache freed) and wake for its next unit, so a learner on the same GPU trains in
-    the memory they free (colocated placement, README "On GPUs"). Ignored on CPU."""
+    the memory they free (colocated placement, docs/gpus.md). Ignored on CPU."""
 
     @field_validator("device")
     @classmethod
@@ -315,7 +315,7 @@ class LaunchSection(Section):
     actor_devices: list[int] = Field(default_factory=list)
     """The GPU of each actor (as this host numbers them), one entry per actor, given to it as
     `CUDA_VISIBLE_DEVICES`; actors may share a GPU. An actor on a learner GPU is colocated with the
-    learner (README, On GPUs). Empty: every actor sees the launcher's GPUs. Its length is the number
+    learner (docs/gpus.md). Empty: every actor sees the launcher's GPUs. Its length is the number
     of actors."""
     gpu_memory_gb: float | None = Field(default=None, gt=0.0)
     """Memory of one GPU in GB, for the placement plan when the launching host cannot ask CUDA

@@ -70,7 +70,7 @@ class TaskSection(Section):
     team: dict[str, int] | None = None
     """Math: agents per role, e.g. `{ tool = 1, reasoner = 3, judge = 1 }` (a TOML table `[task.team]`);
     its keys are the roles (turn order: `roles` if given, else the task's order with the judge last).
-    None: one agent per role of `roles`. See `agents()` and README "Teams"."""
+    None: one agent per role of `roles`. See `agents()` and docs/code-and-math.md "Teams"."""
     turns: int = Field(default=4, ge=1)
     """T: the most turns of an episode (every agent acts once per turn); the env pool's `max_steps`."""
     prompts: Literal["compact", "paper"] = "compact"
