@@ -39,11 +39,13 @@ def test_bad_lora_settings_are_refused(override, message):
         load_config(None, [*TWO, "rollout.engine='vllm'", "policies.b.lr=1e-4", override])
 
 
-def test_warm_start_and_kl_are_refused_with_lora():
+def test_warm_start_and_zero3_are_refused_with_lora():
     with pytest.raises(ValidationError, match="share a frozen base"):
         load_config(None, ["policies.shared.lora={}"])  # planpath warm-starts the built model by default
-    with pytest.raises(ValidationError, match="kl_coef"):
-        load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.kl_coef=0.1"])
+    with pytest.raises(ValidationError, match="ZeRO-3 partitions parameters"):
+        load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.backend='deepspeed'", "train.zero_stage=3"])
+    # the KL reference of an adapter is its base with the adapters off (learner.lora.BaseReference)
+    assert load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.kl_coef=0.1"]).train.kl_coef == 0.1
     assert load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]).policies["shared"].path == "/x"
 
 

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """Ranks vLLM 0.32 can serve (`vllm.config.lora.MaxLoRARanks`); an engine's `max_lora_rank` is one of them."""
 
+LORA_ZERO3 = (
+    "train.zero_stage = 3 cannot train LoRA adapters: ZeRO-3 partitions parameters through hooks on the "
+    "modules of the model it is given, and an adapter's layers live in the base shared by the group's "
+    "policies, outside the adapter-only module each policy's engine owns; use zero_stage 0, 1 or 2 "
+    "(the frozen base is not in the optimizer, so ZeRO-3 would save little)"
+)
+"""Why DeepSpeed ZeRO-3 and LoRA are refused (`check_lora`, and `learner.backends` for direct callers)."""
+
 
 def lora_bases(cfg: "RunConfig") -> list[list[str]]:
     """The LoRA policies grouped by shared base, each group and the groups in sorted order."""
@@ -60,11 +68,8 @@ def check_lora(cfg: "RunConfig") -> None:
             )
         if cfg.rollout.engine == "vllm" and pc.lora.r > VLLM_LORA_RANKS[-1]:  # type: ignore[union-attr]
             raise ValueError(f"policies.{p}.lora.r = {pc.lora.r}: vLLM serves ranks up to {VLLM_LORA_RANKS[-1]}")  # type: ignore[union-attr]
-    if cfg.train.kl_coef > 0:
-        raise ValueError(
-            f"train.kl_coef = {cfg.train.kl_coef} with LoRA policies {lora}: the KL reference of an adapter "
-            "(the base with the adapter off) is not implemented; set train.kl_coef = 0"
-        )
+    if cfg.train.backend == "deepspeed" and cfg.train.zero_stage == 3:
+        raise ValueError(f"LoRA policies {lora}: {LORA_ZERO3}")
 
 
-__all__ = ["VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank"]
+__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank"]

@@ -25,8 +25,8 @@ def make_backend(
     AdamW, computing in `cfg.dtype` (mixed precision under "bfloat16", `base`).
 
     With `cfg.backend == "deepspeed"` this is a collective: every rank of the job must call it.
-    `adapter`: a LoRA policy, `model` being its group's shared PeftModel (`learner.lora`).
-    """
+    `adapter`: a LoRA policy, `model` being its group's shared PeftModel (`learner.lora`); under
+    DeepSpeed ZeRO 0-2 only (ZeRO-3 is a ValueError, `config.lora.LORA_ZERO3`)."""
     configure_learner_model(model, cfg)  # gradient checkpointing, logit chunks (`train`)
     if cfg.backend == "torch":
         return TorchBackend(
@@ -35,9 +35,6 @@ def make_backend(
         )
     if cfg.backend == "deepspeed":
         from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
-
-        if adapter is not None:
-            raise ValueError("LoRA policies train with train.backend = 'torch' (DeepSpeed with peft adapters is not wired yet)")
 
         return DeepSpeedBackend(
             model,
@@ -48,6 +45,7 @@ def make_backend(
             zero_stage=cfg.zero_stage,
             shared_prefix=cfg.share_prefix,
             dtype=cfg.dtype,
+            adapter=adapter,
         )
     raise ValueError(f"unknown learner backend {cfg.backend!r}")
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -41,6 +42,7 @@ import torch
 
 from atgrpo.learner.host_staging import HostStager
 from atgrpo.learner.logprobs import loss_inputs
+from atgrpo.learner.lora import AdapterWeights, BaseReference
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.learner.microbatch import MicroBatch
 
@@ -129,6 +131,16 @@ def as_fp32_master(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def kl_reference(model: torch.nn.Module, adapter: AdapterWeights | None, dtype: torch.dtype):
+    """The KL reference of a policy, its initial policy frozen, for both backends: a full policy's
+    is a deep copy of `model` (its initial weights), forward only, in the compute `dtype`; a LoRA
+    policy's is its shared base with the adapters off (`learner.lora.BaseReference`), no copy.
+    Call it before anything (DeepSpeed included) has touched `model`."""
+    if adapter is not None:
+        return BaseReference(adapter.model)
+    return copy.deepcopy(model).eval().requires_grad_(False).to(dtype)
+
+
 def accumulate(
     model: torch.nn.Module,
     micro_batches: list[MicroBatch],
@@ -162,4 +174,7 @@ def finish_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float) 
     return out
 
 
-__all__ = ["COMPUTE_DTYPES", "LearnerBackend", "accumulate", "as_fp32_master", "autocast", "compute_dtype", "finish_metrics"]
+__all__ = [
+    "COMPUTE_DTYPES", "LearnerBackend", "accumulate", "as_fp32_master", "autocast", "compute_dtype", "finish_metrics",
+    "kl_reference",
+]

@@ -39,6 +39,15 @@ Invariants:
   the bf16-rounded weights (DeepSpeed casts the module before it copies them); exact for
   checkpoints shipped in bf16.
 * Device. Micro-batches move to the engine's device in `base.accumulate`.
+* LoRA (`adapter`, `learner.lora`). The policies of one base share one PeftModel but each has its
+  own engine, so the engine's module is an `AdapterModule` holding this policy's adapter
+  Parameters only (`adapter_module`): the optimizer, ZeRO 1/2 partitions, the broadcast, the
+  gradient all-reduce, clipping and the engine's checkpoint cover the adapter and nothing else;
+  the base and the other adapters are never touched. `model` stays the shared PeftModel (what the
+  trainer reads: `base_state`, the device). ZeRO 0-2 only (`config.lora.LORA_ZERO3`); always
+  fp32 parameters with bf16 compute under autocast (`deepspeed_config`). Exports are the adapter's
+  peft-named tensors, as `TorchBackend`'s; `learner.json` beside the engine state names the
+  adapter a checkpoint holds (null: a full model), checked before anything is loaded.
 
 deepspeed is imported only here, and only when a `DeepSpeedBackend` is built: the rest of atgrpo
 imports without it. Without CUDA it runs on DeepSpeed's CPU accelerator over gloo, with nothing
@@ -47,7 +56,7 @@ compiled (the optimizer is a plain torch one and no DeepSpeed C++ op is requeste
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -57,14 +66,21 @@ import torch.distributed as dist
 
 from atgrpo.devices import collective_backend, collective_device, model_device
 from atgrpo.errors import PlacementError
-from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
+from atgrpo.config.lora import LORA_ZERO3
+from atgrpo.learner.backends.adapter_module import AdapterModule
+from atgrpo.learner.backends.base import (
+    LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics, kl_reference,
+)
 from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
 from atgrpo.learner.distributed import init_distributed_from_env
+from atgrpo.learner.lora import AdapterWeights, check_checkpoint_adapter
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch, SharedPrefix
 
 CHECKPOINT_TAG = "deepspeed"
 """Subfolder of the checkpoint folder holding the engine state (one fixed tag: one state per folder)."""
+IDENTITY_FILE = "learner.json"
+"""Beside the engine state: {"adapter": the LoRA policy whose adapter it holds, or null for a full model}."""
 
 _SHM_COMM_OP = "deepspeed_shm_comm"
 
@@ -148,15 +164,20 @@ class DeepSpeedBackend(LearnerBackend):
         extra_config: dict[str, Any] | None = None,
         shared_prefix: bool = False,
         dtype: str = "float32",
+        adapter: AdapterWeights | None = None,
     ):
         """`extra_config` is deep-merged into the DeepSpeed config last (e.g. ZeRO-3 bucket sizes).
         `shared_prefix`: the run's micro-batches use the shared-prefix layout (`train.share_prefix`);
         the passes that keep ranks in step use it too. `dtype`: the compute dtype (`train.dtype`);
-        the weights `model` holds become the fp32 masters."""
+        the weights `model` holds become the fp32 masters. `adapter`: train only this LoRA adapter
+        of `model` (its group's shared PeftModel; see the module docstring)."""
         if zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
+        if adapter is not None and zero_stage == 3:
+            raise ValueError(f"LoRA policy {adapter.policy}: {LORA_ZERO3}")
+        self.adapter = adapter
         self.compute_dtype = compute_dtype(dtype)
-        self.precision = precision_plan(self.compute_dtype, zero_stage)
+        self.precision = precision_plan(self.compute_dtype, zero_stage, lora=adapter is not None)
         model = as_fp32_master(model)
         device = model_device(model)
         # DeepSpeed puts rank r's module on accelerator device LOCAL_RANK, whatever device it came on.
@@ -178,15 +199,19 @@ class DeepSpeedBackend(LearnerBackend):
         self.zero_stage = zero_stage
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
-        # The KL reference is the initial policy, a full frozen replica on every rank, never given to
-        # DeepSpeed (so ZeRO-3 does not partition it), kept in the compute dtype (forward only).
-        # Copied before initialize() touches the model.
-        self.ref_model = None
-        if loss_cfg.kl_coef:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.compute_dtype)
+        # The KL reference is the initial policy (`base.kl_reference`): a full policy's is a frozen
+        # replica on every rank, never given to DeepSpeed (so ZeRO-3 does not partition it), copied
+        # before initialize() touches the model; a LoRA policy's is the shared base, adapters off.
+        self.ref_model = kl_reference(model, adapter, self.compute_dtype) if loss_cfg.kl_coef else None
 
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        module = model
+        if adapter is not None:
+            # Active before initialize: peft leaves inactive adapters without requires_grad, and
+            # ZeRO takes only parameters requiring a gradient into its groups and gradient hooks.
+            adapter.activate()
+            module = AdapterModule(adapter)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay)
         self._grad_norm: float | None = None
         self._scale = 1.0
         self._scaled: set[int] = set()
@@ -195,15 +220,15 @@ class DeepSpeedBackend(LearnerBackend):
         optimizer.register_step_pre_hook(self._before_update)
         config = build_config(
             world_size=self.world_size, zero_stage=zero_stage, grad_clip=grad_clip,
-            n_params=sum(p.numel() for p in model.parameters()), precision=self.precision,
+            n_params=sum(p.numel() for p in module.parameters()), precision=self.precision,
         )
         if extra_config:
             config = _deep_merge(config, extra_config)
         self.config = config
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
-        self.model = self.engine.module
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+        self.model = model if adapter is not None else self.engine.module
         self.device = self.engine.device
-        if self.ref_model is not None:
+        if self.ref_model is not None and adapter is None:
             self.ref_model.to(self.device)  # wherever DeepSpeed put the policy, its reference goes too
         self._dummy = _dummy_microbatch(self.device, shared_prefix)
 
@@ -218,7 +243,7 @@ class DeepSpeedBackend(LearnerBackend):
         if self.zero_stage == 0:
             # Without ZeRO, DeepSpeed clips inside step() and throws the norm away; clip here instead,
             # after its all-reduce and the scaling, right before the update, and keep the norm.
-            self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+            self._grad_norm = float(torch.nn.utils.clip_grad_norm_(self.engine.module.parameters(), self.grad_clip))
 
     def _all_reduce(self, values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
         # float64 so that metric sums over many tokens do not lose digits; gloo and nccl both take it.
@@ -245,6 +270,12 @@ class DeepSpeedBackend(LearnerBackend):
     def finish_step(self, total_tokens: int) -> dict[str, float]:
         if self._passes == 0:
             self.accumulate([self._dummy])  # every rank ran >= 1 pass through the loss, so the metric keys agree
+        if self.adapter is not None:
+            # Another policy of the group may have run since this one's backward (a streamed step),
+            # and its activation took requires_grad off this adapter. ZeRO 1/2's plain step does not
+            # read it (tested), but some of its step-time paths skip parameters without it (CPU
+            # offload's gradient finalisation, coalesced reduction): step as at initialisation.
+            self.adapter.activate()
         total = max(total_tokens, 1)
         self._grad_norm = None
         self._scale, self._scaled = 1.0 / total, set()
@@ -274,7 +305,7 @@ class DeepSpeedBackend(LearnerBackend):
         def snapshot() -> dict[str, torch.Tensor]:
             # copy: under ZeRO-3 the gathered storage is freed when the context exits. In the compute
             # dtype (base): a no-op for DeepSpeed's bf16 module, which holds bf16(master) after every step.
-            return self.host_copy(self.model.state_dict(), self.compute_dtype)
+            return self.host_copy(self.weight_state(), self.compute_dtype)
 
         if self.zero_stage == 3:
             params = list(self.model.parameters())
@@ -282,16 +313,29 @@ class DeepSpeedBackend(LearnerBackend):
                 return snapshot()
         return snapshot()
 
+    def weight_state(self) -> dict[str, torch.Tensor]:
+        return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
+
+    @property
+    def _policy(self) -> str | None:
+        return self.adapter.policy if self.adapter is not None else None
+
     def save_checkpoint(self, folder: Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.engine.save_checkpoint(str(folder), tag=CHECKPOINT_TAG, save_latest=False)
+        # The engine state names an adapter's tensors by position (`AdapterModule`): say whose they are.
+        # Every rank writes it (the same bytes), so every rank finds it on its own disk at load.
+        (folder / IDENTITY_FILE).write_text(json.dumps({"adapter": self._policy}))
 
     def load_checkpoint(self, folder: Path) -> None:
         # DeepSpeed asserts deep inside its loader on a missing tag; say what is missing instead.
         # Every rank checks, so on a missing folder all of them raise and none waits in a collective.
         if not (Path(folder) / CHECKPOINT_TAG).is_dir():
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")
+        identity = Path(folder) / IDENTITY_FILE  # absent: written before adapters existed, a full model
+        found = json.loads(identity.read_text())["adapter"] if identity.is_file() else None
+        check_checkpoint_adapter(Path(folder), found, self._policy)
         path, _ = self.engine.load_checkpoint(str(folder), tag=CHECKPOINT_TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")

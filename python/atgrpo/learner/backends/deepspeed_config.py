@@ -18,6 +18,13 @@ its source; the bf16 paths are tested on the CPU accelerator, not on a GPU):
   keeps fp32 parameters (no `bf16` section) and the backend runs the forward under
   `torch.autocast(bf16)`, as `TorchBackend` does: the parameters are the masters, the gradients fp32.
   Without ZeRO that is also the smaller layout (no separate bf16 copy).
+* LoRA policies (`lora=True`): fp32 parameters always, and under bf16 compute `Precision.autocast_bf16`
+  at every stage, never DeepSpeed's bf16 module. A LoRA engine's module is `AdapterModule`, whose
+  only parameters are the adapter's (`adapter_module`): DeepSpeed's bf16 mode would cast those to
+  bf16 and leave the frozen base, which does nearly all the arithmetic, in fp32, so the matmuls
+  would not run in bf16 at all (and the adapter's low-rank path would be rounded to bf16 for
+  nothing). Autocast computes the base's and the adapter's matmuls alike in bf16, with the fp32
+  adapter as the master and fp32 gradients, as `TorchBackend` does.
 """
 
 from __future__ import annotations
@@ -36,15 +43,17 @@ class Precision(enum.Enum):
     module_bf16 = "module_bf16"
     """DeepSpeed's bf16 mode: bf16 module, fp32 masters and gradient accumulation (ZeRO 1-3)."""
     autocast_bf16 = "autocast_bf16"
-    """fp32 parameters (the masters) computed under torch.autocast(bf16) (ZeRO-0)."""
+    """fp32 parameters (the masters) computed under torch.autocast(bf16) (ZeRO-0; LoRA at every stage)."""
 
 
-def precision_plan(compute: torch.dtype, zero_stage: int) -> Precision:
+def precision_plan(compute: torch.dtype, zero_stage: int, lora: bool = False) -> Precision:
+    """The plan of a policy computing in `compute` under `zero_stage`; `lora`: a LoRA policy's
+    engine (its module holds the adapter only: autocast at every stage, see above)."""
     if compute == torch.float32:
         return Precision.fp32
     if compute != torch.bfloat16:
         raise ValueError(f"DeepSpeed backend computes in float32 or bfloat16, got {compute}")
-    return Precision.module_bf16 if zero_stage > 0 else Precision.autocast_bf16
+    return Precision.module_bf16 if zero_stage > 0 and not lora else Precision.autocast_bf16
 
 
 def build_config(

@@ -1,9 +1,10 @@
 """Plain-torch learner backend: AdamW in one process, or replicated across ranks with gradients
 summed by `torch.distributed` all-reduce (no DDP wrapper).
 
-Owns its model, optimizer and, when `kl_coef` is set, a frozen copy of the initial model as the KL
-reference. Under `torch.distributed` every rank must call `train_step` (an all-reduce per parameter),
-even with no micro-batches: its zero gradients still take part and AdamW still steps.
+Owns its model, optimizer and, when `kl_coef` is set, the KL reference (`base.kl_reference`: a
+frozen copy of the initial model, or a LoRA policy's base with the adapters off). Under
+`torch.distributed` every rank must call `train_step` (an all-reduce per parameter), even with no
+micro-batches: its zero gradients still take part and AdamW still steps.
 
 Precision (the contract's, `base`): the model's parameters are the fp32 master weights and AdamW's
 state is fp32. With `dtype="bfloat16"` the forward runs under `torch.autocast` in bf16, so the
@@ -19,15 +20,15 @@ exports and checkpoints cover the adapter's tensors only (the frozen base is in 
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
 
 from atgrpo.devices import model_device
-from atgrpo.errors import CheckpointLoadError
-from atgrpo.learner.backends.base import LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics
-from atgrpo.learner.lora import AdapterWeights
+from atgrpo.learner.backends.base import (
+    LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics, kl_reference,
+)
+from atgrpo.learner.lora import AdapterWeights, check_checkpoint_adapter
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch
 
@@ -44,15 +45,11 @@ class TorchBackend(LearnerBackend):
         self.model.train()
         self.device = model_device(self.model)
         self.adapter = adapter
-        if adapter is not None and loss_cfg.kl_coef:
-            raise ValueError("a LoRA policy has no KL reference yet: train.kl_coef must be 0 (config.lora)")
         self.params = adapter.parameters() if adapter is not None else list(self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
-        self.ref_model = None
-        if loss_cfg.kl_coef:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False).to(self.compute_dtype)
+        self.ref_model = kl_reference(self.model, adapter, self.compute_dtype) if loss_cfg.kl_coef else None
         self._sums: dict[str, float] = {}
 
     def accumulate(self, micro_batches: list[MicroBatch]) -> None:
@@ -94,12 +91,7 @@ class TorchBackend(LearnerBackend):
 
     def load_checkpoint(self, folder: Path) -> None:
         state = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
-        want = self.adapter.policy if self.adapter is not None else None
-        if state.get("adapter") != want:
-            raise CheckpointLoadError(
-                f"{folder / 'learner.pt'} holds the {'adapter of ' + repr(state.get('adapter')) if state.get('adapter') else 'full model'}, "
-                f"but this policy is {'the adapter of ' + repr(want) if want else 'a full model'}"
-            )
+        check_checkpoint_adapter(folder / "learner.pt", state.get("adapter"), self.adapter.policy if self.adapter else None)
         if self.adapter is not None:
             self.adapter.load_state_dict(state["model"])
         else:
