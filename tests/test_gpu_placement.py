@@ -152,3 +152,36 @@ def test_the_shipped_qwen3_recipes_fit_80_gb_gpus(recipe):
     loads = plan(cfg, {"shared": ModelShape.from_hf_config(QWEN3_1_7B)}, int(80 * GB))
     assert len(loads) == (1 if "1gpu" in recipe else 8)
     assert all(ld.need() <= 0.95 * ld.total for ld in loads)
+
+
+def test_adapter_parameters_are_what_peft_builds(smollm2):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    with torch.device("meta"):
+        model = get_peft_model(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2)),
+                               LoraConfig(r=8, target_modules=targets))
+    want = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    shape = ModelShape.from_hf_config(json.loads((smollm2 / "config.json").read_text()))
+    assert shape.adapter_params(8, targets) == want
+    assert shape.adapter_params(8, ["nonesuch"]) >= shape.adapter_params(8, ["gate_proj"])  # unknown: the widest
+
+
+def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
+    shape = ModelShape.from_hf_config(QWEN3_1_7B)
+    n = shape.params
+    roles = ["role_policy={plan='plan', tool='tool'}", "policies.plan.lr=1e-5", "policies.tool.lr=1e-5",
+             "warmstart.steps=0", "launch.learner_devices=[0]", "launch.actor_devices=[1]",
+             "train.dtype='bfloat16'", "train.kl_coef=0.01"]
+    with pytest.raises(PlacementError, match="learner plan .* learner tool"):  # two full 1.7B learners: no
+        plan(_cfg(*roles), {"plan": shape, "tool": shape}, int(80 * GB))
+    lora = [*roles, "policies.plan.lora={r=8}", "policies.tool.lora={r=8}"]
+    (learner, _) = plan(_cfg(*lora), {"plan": shape, "tool": shape}, int(80 * GB))
+    peak = dict(learner.peak)
+    assert peak["learner base of plan+tool"] == 6 * n  # fp32 frozen base + autocast's bf16 copy, once
+    a = shape.adapter_params(8, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    parts = learner_parts(shape, load_config(None, lora), ranks=1, policy="plan")
+    assert (parts["weights"], parts["gradients"], parts["optimizer"]) == (4 * a, 4 * a, 8 * a)
+    assert "kl_reference" not in parts  # the base with the adapters off
+    assert learner.need() <= 0.95 * 80 * GB

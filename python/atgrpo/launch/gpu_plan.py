@@ -9,6 +9,10 @@ or whose vLLM engine would refuse to start, is refused with the numbers instead.
   DeepSpeed ZeRO-s in bf16 holds bf16 weights, an fp32 gradient buffer and fp32 master + moments,
   partitioned across ranks as its stages do), the frozen KL reference if `train.kl_coef`, and an
   estimate of the activations of one micro-batch of `train.micro_batch_tokens` tokens.
+- **LoRA policies** (`learner.lora`): one fp32 frozen base per group of policies on one base
+  (plus autocast's bf16 copy of it under bf16), and per policy only its adapter's weights,
+  gradients and AdamW moments (fp32 at every ZeRO stage, `deepspeed_config`) and its activations.
+  Their KL reference is the base with the adapters off, so it costs nothing.
 - **vLLM engines**: `rollout.vllm_gpu_memory_utilization` x the GPU's memory per actor. vLLM
   reserves that much at start and refuses to start unless it is free then, so it counts in full.
 - **torch engines**: their weights in the rollout dtype and the KV cache of one generate call.
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atgrpo.config import RunConfig
+from atgrpo.config.lora import lora_bases
 from atgrpo.errors import PlacementError
 
 GB = 1e9
@@ -53,6 +58,21 @@ class ModelShape:
     vocab: int
     kv_dim: int
     """key/value heads x head dim."""
+    q_dim: int = 0
+    """query heads x head dim (0: `hidden`, as in most dense models)."""
+
+    def linear_dims(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each decoder linear layer, by the name peft's targets match."""
+        h, i, q, kv = self.hidden, self.intermediate, self.q_dim or self.hidden, self.kv_dim
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def adapter_params(self, r: int, targets: list[str]) -> int:
+        """Parameters of a rank-`r` LoRA adapter on `targets` (A: r x in, B: out x r, every layer). A
+        name this shape does not know is counted as the largest linear layer, so the plan errs high."""
+        dims = self.linear_dims()
+        widest = max(dims.values(), key=sum)
+        return self.layers * sum(r * sum(dims.get(t, widest)) for t in targets)
 
     @classmethod
     def from_hf_config(cls, c: dict) -> ModelShape:
@@ -64,7 +84,7 @@ class ModelShape:
         attn = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
         per_layer = attn + 3 * h * inter + 2 * h
         embed = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2)
-        return cls(layers * per_layer + embed + h, h, layers, inter, vocab, kv_heads * head_dim)
+        return cls(layers * per_layer + embed + h, h, layers, inter, vocab, kv_heads * head_dim, heads * head_dim)
 
 
 @dataclass
@@ -89,12 +109,22 @@ class GpuLoad:
         return text
 
 
-def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, int]:
-    """Bytes one learner rank holds for one policy, by part."""
+def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int, policy: str | None = None) -> dict[str, int]:
+    """Bytes one learner rank holds for one policy, by part. A LoRA `policy`'s parts are its
+    adapter's and its activations; its group's base is `lora_base_bytes`."""
     tr = cfg.train
     n = shape.params
     autocast = 0
-    if tr.backend == "deepspeed" and tr.dtype == "bfloat16" and tr.zero_stage >= 1:
+    lora = cfg.policies[policy].lora if policy is not None else None
+    if lora is not None:
+        # fp32 adapter, gradients and AdamW moments at every stage; ZeRO 1-2 split the moments and
+        # (2) the gradients; no KL copy (the base with the adapters off is the reference).
+        a = shape.adapter_params(lora.r, lora.target_modules)
+        weights, grads, optim = 4 * a, 4 * a, 8 * a
+        if tr.backend == "deepspeed":
+            optim //= ranks if tr.zero_stage >= 1 else 1
+            grads //= ranks if tr.zero_stage >= 2 else 1
+    elif tr.backend == "deepspeed" and tr.dtype == "bfloat16" and tr.zero_stage >= 1:
         # bf16 weights for compute, fp32 gradient accumulation (a full buffer on every rank below
         # ZeRO-2: BF16_Optimizer's), fp32 master + two moments (ZeRO's split).
         weights, grads, optim = 2 * n, 4 * n, 12 * n
@@ -119,9 +149,17 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int) -> dict[str, in
     else:
         acts = tokens * compute * shape.layers * per_layer
     parts = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts + autocast}
-    if tr.kl_coef:
+    if tr.kl_coef and lora is None:
         parts["kl_reference"] = compute * n
     return parts
+
+
+def lora_base_bytes(shape: ModelShape, cfg: RunConfig) -> tuple[int, int]:
+    """(at the learner's peak, at rest) bytes of one LoRA group's frozen base on a learner rank:
+    fp32 on every rank (no ZeRO stage partitions it: `learner.backends.adapter_module`), and during
+    a bf16 pass autocast's bf16 copy of it."""
+    n = shape.params
+    return 4 * n + (2 * n if cfg.train.dtype == "bfloat16" else 0), 4 * n
 
 
 def torch_engine_bytes(shape: ModelShape, cfg: RunConfig) -> int:
@@ -178,8 +216,12 @@ def plan(cfg: RunConfig, shapes: dict[str, ModelShape], gpu_bytes: int) -> list[
             ld = load(g)
             ld.peak.append(("learner context", CONTEXT_BYTES))
             ld.rest.append(("learner context", CONTEXT_BYTES))
+            for group in lora_bases(cfg):
+                peak, rest = lora_base_bytes(shapes[group[0]], cfg)
+                ld.peak.append((f"learner base of {'+'.join(group)}", peak))
+                ld.rest.append((f"learner base of {'+'.join(group)}", rest))
             for p, shape in sorted(shapes.items()):
-                parts = learner_parts(shape, cfg, len(gpus))
+                parts = learner_parts(shape, cfg, len(gpus), p)
                 ld.peak.append((f"learner {p}", sum(parts.values())))
                 ld.rest.append((f"learner {p} at rest", sum(v for k, v in parts.items() if k not in ("activations", "gradients"))))
     if on_gpu_actors:
