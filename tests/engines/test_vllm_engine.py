@@ -61,6 +61,8 @@ def test_reload_changes_a_prefix_cached_prompt_and_restores_it_exactly(checks):
     assert checks["perturbed_changes_output"]
     mean, worst, _ = checks["perturbed_mismatch"]  # the new weights, no stale KV
     assert mean <= 1e-4 and worst <= 1e-3
+    old_mean, _, _ = checks["perturbed_vs_old_mismatch"]  # and not the old ones
+    assert old_mean > 1e-2  # ten times the 1e-3 bound the system holds engines to
     assert checks["restored_exactly"]
     assert checks["version"] == 9
 

@@ -97,6 +97,9 @@ def main(model_dir: str, out_path: str) -> None:
     during = engine.generate([long_prompt] * 2, lp, seed=5)
     res["perturbed_changes_output"] = [o.token_ids for o in during] != [o.token_ids for o in before] or max(
         abs(a - b) for x, y in zip(during, before) for a, b in zip(x.logprobs, y.logprobs)) > 1e-2
+    # Direct proof the engine computes with the new weights: its logprobs are far from the old
+    # model's on the same tokens, and (below) within rounding of the new one's.
+    res["perturbed_vs_old_mismatch"] = logprob_mismatch([o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id))
     hf.load_state_dict(noisy)
     res["perturbed_mismatch"] = logprob_mismatch([o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id))
     for swap in range(4):

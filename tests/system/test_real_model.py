@@ -26,6 +26,7 @@ from atgrpo.engines.base import SamplingParams
 from atgrpo.engines.factory import open_engine
 from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
 from atgrpo.models.folder import load_model
+from atgrpo.verify.math import verify_math
 from atgrpo.workflows.prompts import encode_prompt
 
 RUN_S = 280.0
@@ -158,11 +159,24 @@ def test_atgrpo_eval_with_the_real_model_on_public_sets(task, dataset, fmt, limi
     path = DATASETS / dataset
     if not path.is_file():
         pytest.skip(f"public dataset {path} not found (set ATGRPO_DATASETS_DIR)")
-    out = tmp_path / "eval.json"
+    out, transcripts = tmp_path / "eval.json", tmp_path / "transcripts.jsonl"
     rc = eval_main(["--task", task, "--model", "@smollm2", "--dataset", str(path), "--format", fmt, "--limit", str(limit),
-                    "--prompts", "paper", "--turns", "1", "--max-new-tokens", "48", "--batch", "20", "--out", str(out)])
+                    "--prompts", "paper", "--turns", "1", "--max-new-tokens", "48", "--batch", "20", "--out", str(out),
+                    "--transcripts", str(transcripts)])
     assert rc == 0, capsys.readouterr().err[-3000:]
     res = json.loads(out.read_text())
     assert res["problems"] == limit and len(res["per_problem"]) == limit
     assert res["models"] == {role: str(smollm2) for role in res["roles"]}
-    assert 0.0 <= res["accuracy"] <= 1.0
+    verdicts = [p["correct"] for p in res["per_problem"]]
+    assert res["accuracy"] == pytest.approx(sum(verdicts) / limit)
+    records = [json.loads(line) for line in transcripts.read_text().splitlines()]
+    assert [r["id"] for r in records] == [p["id"] for p in res["per_problem"]]
+    assert [r["correct"] for r in records] == verdicts
+    for r in records:
+        # Each verdict agrees with the checker run again on what the transcript saved.
+        assert r["turns"], r["id"]
+        if task == "math":
+            final = r.get("final_answer")
+            assert r["correct"] == (final is not None and verify_math(final, r["gold"]).correct), r
+        else:
+            assert r["correct"] == (r["turns"][-1]["pass_rate"] == 1.0), r
