@@ -136,31 +136,75 @@ TINY = [
 ]
 
 
-def test_two_arms_two_seeds_end_to_end_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    argv = ["ordering", "--only", "mas_prompt,mas_atgrpo", "--seeds", "0,1", "--steps", "1", "--out", str(tmp_path)]
-    assert learning.main([*argv, *(a for s in TINY for a in ("--set", s))]) == 0
-    summary = json.loads((tmp_path / "ordering" / "summary.json").read_text())
-    for arm, steps in (("mas_prompt", 0), ("mas_atgrpo", 1)):
+SMOLLM2_TINY = [
+    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=2", "warmstart.batch_size=2", "rollout.envs_per_step=2",
+    "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", 'rollout.engine="torch"',
+]
+"""The real-model recipe cut to a few seconds a step (the torch engine starts faster than vLLM)."""
+
+
+@pytest.fixture(scope="module")
+def suites_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One results root for every suite's tiny runs, so arms shared between suites (the default,
+    AT-GRPO) run once, as in the real suites."""
+    return tmp_path_factory.mktemp("learning")
+
+
+def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int, int], extra: list[str]) -> dict:
+    """The suite's summary.json against the runs' own eval.json: per-seed values, and mean and sd
+    recomputed from them; returns the summary."""
+    summary = json.loads((out / suite / "summary.json").read_text())
+    s = learning.SUITES[suite]
+    for name in arms:
+        arm = next(a for a in s.arms if a.name == name)
         finals = []
-        for seed in (0, 1):
-            s, a = learning.SUITES["ordering"], next(a for a in learning.SUITES["ordering"].arms if a.name == arm)
-            ev = json.loads((learning.run_dir(tmp_path, s, a, seed, 1, TINY) / "eval.json").read_text())
-            assert ev["steps"] == steps
+        for seed in seeds:
+            ev = json.loads((learning.run_dir(out, s, arm, seed, 1, extra) / "eval.json").read_text())
+            assert ev["steps"] == (0 if name == "mas_prompt" else 1)
             finals.append(ev["eval_end"])
-            assert summary["arms"][arm]["per_seed"][str(seed)]["final"] == ev["eval_end"]
+            assert summary["arms"][name]["per_seed"][str(seed)]["final"] == ev["eval_end"]
         want = summarize(finals)
-        assert summary["arms"][arm]["final"]["mean"] == pytest.approx(want.mean, rel=REL, abs=1e-15)
-        assert summary["arms"][arm]["final"]["sd"] == pytest.approx(want.sd, rel=REL, abs=1e-15)
+        assert summary["arms"][name]["final"]["mean"] == pytest.approx(want.mean, rel=REL, abs=1e-15)
+        assert summary["arms"][name]["final"]["sd"] == pytest.approx(want.sd, rel=REL, abs=1e-15)
+    assert (out / suite / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return summary
+
+
+def run_tiny(out: Path, suite: str, arms: tuple[str, ...], extra: list[str]) -> dict:
+    argv = [suite, "--only", ",".join(arms), "--seeds", "0,1", "--steps", "1", "--out", str(out)]
+    assert learning.main([*argv, *(a for s in extra for a in ("--set", s))]) == 0
+    return check_tables(out, suite, arms, (0, 1), extra)
+
+
+def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = run_tiny(suites_out, "ordering", ("mas_prompt", "mas_atgrpo"), TINY)
     assert summary["arms"]["mas_prompt"]["gain"]["max"] == 0.0  # no RL: the end is the start
-    assert (tmp_path / "ordering" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["paired"]["mas_prompt"]["final"]["seeds"] == [0, 1]
 
     def rerun(*_: object) -> None:
         raise AssertionError("a finished run was run again")
 
     monkeypatch.setattr(learning, "run_one", rerun)
-    again = learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0, 1), steps=1,
+    again = learning.run_suite(learning.SUITES["ordering"], out=suites_out, seeds=(0, 1), steps=1,
                                only=("mas_prompt", "mas_atgrpo"), extra=TINY)
     assert again["table"] == summary["table"]
     with pytest.raises(LearningSuiteError, match="no arm"):
-        learning.run_suite(learning.SUITES["ordering"], out=tmp_path, only=("nope",))
+        learning.run_suite(learning.SUITES["ordering"], out=suites_out, only=("nope",))
+
+
+@pytest.mark.parametrize(("suite", "arms", "extra"), [
+    ("grouping", ("agent", "agent_turn"), TINY),  # agent_turn: ordering's mas_atgrpo runs, read back
+    ("alpha", ("alpha0", "alpha1"), TINY),
+    ("staleness", ("k0", "k1"), TINY),
+    ("smollm2", ("smollm2",), SMOLLM2_TINY),  # its one arm, two seeds
+])
+def test_each_suite_tables_two_seeds_of_tiny_runs(suites_out: Path, suite: str, arms: tuple[str, ...], extra: list[str],
+                                                   smollm2: Path) -> None:
+    summary = run_tiny(suites_out, suite, arms, extra)
+    ref = learning.SUITES[suite].reference
+    for name in arms:
+        if name != ref:  # paired against the reference seed by seed: the differences of the tabled values
+            diffs = summary["paired"][name]["final"]["diffs"]
+            per = summary["arms"]
+            want = [per[name]["per_seed"][s]["final"] - per[ref]["per_seed"][s]["final"] for s in ("0", "1")]
+            assert diffs == pytest.approx(want, rel=REL, abs=1e-15)
