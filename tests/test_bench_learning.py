@@ -208,3 +208,22 @@ def test_each_suite_tables_two_seeds_of_tiny_runs(suites_out: Path, suite: str, 
             per = summary["arms"]
             want = [per[name]["per_seed"][s]["final"] - per[ref]["per_seed"][s]["final"] for s in ("0", "1")]
             assert diffs == pytest.approx(want, rel=REL, abs=1e-15)
+
+
+def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*_: object) -> None:
+        raise AssertionError("--no-run started a run")
+
+    monkeypatch.setattr(learning, "run_one", never)
+    suite = learning.SUITES["alpha"]
+    with pytest.raises(LearningSuiteError, match="no finished run"):
+        learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
+    arm = next(a for a in suite.arms if a.name == "alpha0")
+    folder = learning.run_dir(tmp_path, suite, arm, 1)
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
+    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2}\n{"step": 100, "time": 60.0, "eval/success": 0.45}\n')
+    summary = learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
+    assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(0.25)
+    assert summary["missing"] == ["alpha0 seed 0", "alpha0_5 seed 0", "alpha0_5 seed 1", "alpha1 seed 0", "alpha1 seed 1"]
+    assert "Not run yet (5): alpha0 seed 0," in summary["table"]

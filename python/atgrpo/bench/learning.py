@@ -182,16 +182,23 @@ def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
 
 
 def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None = None, steps: int | None = None,
-              only: tuple[str, ...] = (), extra: list[str] | None = None, timeout_s: float = 4 * 3600) -> dict:
-    """Run (or read back) every arm x seed of `suite`, one at a time, then write and return the report."""
+              only: tuple[str, ...] = (), extra: list[str] | None = None, timeout_s: float = 4 * 3600,
+              run_missing: bool = True) -> dict:
+    """Run (or read back) every arm x seed of `suite`, one at a time, then write and return the report.
+    `run_missing=False` (`--no-run`): table the finished runs only, start none; the report lists
+    the runs it lacks under `missing`."""
     unknown = set(only) - {a.name for a in suite.arms}
     if unknown:
         raise LearningSuiteError(f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}")
     arms = [a for a in suite.arms if not only or a.name in only]
     results: dict[str, dict[int, RunResult]] = {}
+    missing: list[str] = []
     for arm in arms:
         for seed in seeds if seeds is not None else suite.seeds:
             folder = run_dir(out, suite, arm, seed, steps, extra)
+            if not (folder / "eval.json").exists() and not run_missing:
+                missing.append(f"{arm.name} seed {seed}")
+                continue
             if not (folder / "eval.json").exists():
                 cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
@@ -199,7 +206,9 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
             else:
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
             results.setdefault(arm.name, {})[seed] = read_run(folder)
-    summary = report(suite.name, suite.reference, results, out / suite.name)
+    if not results:
+        raise LearningSuiteError(f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})")
+    summary = report(suite.name, suite.reference, results, out / suite.name, missing)
     plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, out / suite.name / "curves.png", suite.name)
     return summary
 
@@ -217,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT, help=f"results root (default {ROOT})")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="an override for every run (repeatable)")
     parser.add_argument("--print-commands", action="store_true", help="print each run's command and exit")
+    parser.add_argument("--no-run", action="store_true", help="table the finished runs only; start none")
     args = parser.parse_args(argv)
     suite = SUITES[args.suite]
     if args.print_commands:
@@ -230,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(shlex.join(command(suite, arm, seed, folder, args.steps, args.sets)))
         return 0
     try:
-        summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets)
+        summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets,
+                            run_missing=not args.no_run)
     except LearningSuiteError as exc:
         print(f"atgrpo-bench learning: {exc}", file=sys.stderr)
         return 1

@@ -54,8 +54,10 @@ def equal_wall_time(results: Mapping[str, Mapping[int, RunLike]]) -> tuple[str |
     return fastest, t, at
 
 
-def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], folder: Path) -> dict:
-    """Write `folder/table.md` and `folder/summary.json`; return the summary (with the table text)."""
+def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], folder: Path,
+           missing: list[str] | None = None) -> dict:
+    """Write `folder/table.md` and `folder/summary.json`; return the summary (with the table text).
+    `missing`: runs of the suite not finished yet ("arm seed s"), said under the table."""
     arms: dict[str, dict] = {}
     lines = [
         f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds",
@@ -111,9 +113,12 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
     if fastest is not None and len(results) > 1:
         lines += ["", f"Equal wall time: success (%) each arm had reached at {t:.1f} min of RL, the mean of the fastest "
                   f"training arm (`{fastest}`): " + ", ".join(f"{a} {pct(v)}" for a, v in at.items())]
+    if missing:
+        lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
     table = "\n".join(lines) + "\n"
     summary = {"suite": suite, "reference": reference, "arms": arms, "paired": comparisons, "separation_z": SEPARATION_Z,
-               "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at}, "table": table}
+               "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at}, "missing": list(missing or []),
+               "table": table}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "table.md").write_text(table)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
