@@ -71,10 +71,18 @@ class LearnerBackend(abc.ABC):
         """Full weights as contiguous CPU tensors by HF parameter name (gathered under ZeRO-3),
         copied by `host_copy`."""
 
+    adapter: AdapterWeights | None = None
+    """A LoRA policy's adapter on its group's shared model (`learner.lora`); None: a full policy."""
+
     def weight_state(self) -> dict[str, torch.Tensor]:
         """What this policy publishes and saves, live (no copy): the model's state dict, or a LoRA
         policy's adapter tensors only (`learner.lora`)."""
-        return self.model.state_dict()
+        return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
+
+    @property
+    def adapter_policy(self) -> str | None:
+        """The policy whose adapter this backend trains (what its checkpoints are checked against); None: a full model."""
+        return self.adapter.policy if self.adapter is not None else None
 
     @property
     def export_is_collective(self) -> bool:

@@ -313,20 +313,13 @@ class DeepSpeedBackend(LearnerBackend):
                 return snapshot()
         return snapshot()
 
-    def weight_state(self) -> dict[str, torch.Tensor]:
-        return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
-
-    @property
-    def _policy(self) -> str | None:
-        return self.adapter.policy if self.adapter is not None else None
-
     def save_checkpoint(self, folder: Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.engine.save_checkpoint(str(folder), tag=CHECKPOINT_TAG, save_latest=False)
         # The engine state names an adapter's tensors by position (`AdapterModule`): say whose they are.
         # Every rank writes it (the same bytes), so every rank finds it on its own disk at load.
-        (folder / IDENTITY_FILE).write_text(json.dumps({"adapter": self._policy}))
+        (folder / IDENTITY_FILE).write_text(json.dumps({"adapter": self.adapter_policy}))
 
     def load_checkpoint(self, folder: Path) -> None:
         # DeepSpeed asserts deep inside its loader on a missing tag; say what is missing instead.
@@ -335,7 +328,7 @@ class DeepSpeedBackend(LearnerBackend):
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")
         identity = Path(folder) / IDENTITY_FILE  # absent: written before adapters existed, a full model
         found = json.loads(identity.read_text())["adapter"] if identity.is_file() else None
-        check_checkpoint_adapter(Path(folder), found, self._policy)
+        check_checkpoint_adapter(Path(folder), found, self.adapter_policy)
         path, _ = self.engine.load_checkpoint(str(folder), tag=CHECKPOINT_TAG)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {CHECKPOINT_TAG!r}) in {folder}")

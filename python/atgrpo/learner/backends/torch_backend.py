@@ -79,19 +79,15 @@ class TorchBackend(LearnerBackend):
         # The master rounded to the compute dtype: what the autocast matmuls multiply with.
         return self.host_copy(self.weight_state(), self.compute_dtype)
 
-    def weight_state(self) -> dict[str, torch.Tensor]:
-        return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
-
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         # An adapter's tensor names carry no policy (models.adapters): its name is saved beside them.
-        adapter = self.adapter.policy if self.adapter is not None else None
-        torch.save({"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": adapter},
+        torch.save({"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": self.adapter_policy},
                    folder / "learner.pt")
 
     def load_checkpoint(self, folder: Path) -> None:
         state = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
-        check_checkpoint_adapter(folder / "learner.pt", state.get("adapter"), self.adapter.policy if self.adapter else None)
+        check_checkpoint_adapter(folder / "learner.pt", state.get("adapter"), self.adapter_policy)
         if self.adapter is not None:
             self.adapter.load_state_dict(state["model"])
         else:
