@@ -73,10 +73,15 @@ def test_engines_bench_reports_every_ratio(smollm2, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     assert "ratio" in result.stdout
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {
+    identity = {f"{e} engine greedy tokens identical to transformers, batch 4" for e in ("vllm", "torch")}
+    assert set(rows) == identity | {
         "vllm engine tokens/s, batch 4", "torch engine tokens/s, batch 4", "vllm engine weight reload",
         "torch engine weight reload", "vllm engine vs learner logprob mismatch", "torch engine vs learner logprob mismatch",
     }
-    assert all(r["value"] > 0 and r["reference_value"] > 0 and r["ratio"] > 0 for r in rows.values())
+    assert all(r["value"] > 0 and r["reference_value"] > 0 and r["ratio"] > 0
+               for name, r in rows.items() if name not in identity)
+    # fp32 greedy decoding may part from transformers' after a near tie, so identity is a share, not a must.
+    for name in identity:
+        assert 0.0 <= rows[name]["value"] <= 1.0 and 0.0 <= rows[name]["extra"]["agreeing_prefix"] <= 1.0
     for name in ("vllm engine vs learner logprob mismatch", "torch engine vs learner logprob mismatch"):
         assert rows[name]["target_met"], rows[name]
