@@ -105,6 +105,20 @@ def test_identical_arms_of_different_suites_share_one_run() -> None:
     assert folder("ordering", "mas_atgrpo", steps=50) != default  # another budget is another run
     assert folder("ordering", "mas_atgrpo", extra=["rollout.k=2"]) != default
     assert folder("ordering", "sa_grpo") == Path("/r/ordering/sa_grpo/seed1")
+    assert folder("ordering", "sa_grpo", steps=100) == Path("/r/ordering/sa_grpo/seed1")  # the suite's own budget
+
+
+def test_a_variant_never_reads_back_or_overwrites_the_suites_own() -> None:
+    s = learning.SUITES["ordering"]
+    arm = next(a for a in s.arms if a.name == "sa_grpo")
+    own = learning.run_dir(Path("/r"), s, arm, 0)
+    hot = learning.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])
+    short = learning.run_dir(Path("/r"), s, arm, 0, steps=20)
+    assert len({own, hot, short}) == 3 and hot.parent.name.startswith("sa_grpo-")
+    assert hot == learning.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])  # resumable
+    assert learning.report_dir(Path("/r"), s) == Path("/r/ordering")
+    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]).parent == Path("/r")
+    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != learning.report_dir(Path("/r"), s, steps=20)
 
 
 def test_the_ordering_arms_are_the_papers() -> None:
@@ -118,14 +132,16 @@ def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytes
     assert "no arm ['nope'] in suite 'ordering'" in capsys.readouterr().err
     assert not tmp_path.joinpath("ordering").exists()  # refused before any run
     # A run that fails (here a config atgrpo-train refuses at once) stops the suite, naming its log.
-    with pytest.raises(LearningSuiteError, match=r"mas_prompt/seed0 failed \(exit [1-9].*bench\.log"):
-        learning.run_suite(learning.SUITES["ordering"], out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
-    assert "k, envs_per_step and envs_per_unit must be >= 1" in (tmp_path / "ordering/mas_prompt/seed0/bench.log").read_text()
-    assert not (tmp_path / "ordering/mas_prompt/seed0/eval.json").exists()
+    ordering = learning.SUITES["ordering"]
+    bad = learning.run_dir(tmp_path, ordering, next(a for a in ordering.arms if a.name == "mas_prompt"), 0, extra=["rollout.k=0"])
+    with pytest.raises(LearningSuiteError, match=r"mas_prompt-[0-9a-f]+/seed0 failed \(exit [1-9].*bench\.log"):
+        learning.run_suite(ordering, out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
+    assert "k, envs_per_step and envs_per_unit must be >= 1" in (bad / "bench.log").read_text()
+    assert not (bad / "eval.json").exists()
     # A finished run without evaluations cannot be tabled: said, not a TypeError.
-    (tmp_path / "ordering/mas_prompt/seed0/eval.json").write_text('{"steps": 3, "eval_start": null, "eval_end": null}')
+    (bad / "eval.json").write_text('{"steps": 3, "eval_start": null, "eval_end": null}')
     with pytest.raises(LearningSuiteError, match="no start or end evaluation"):
-        learning.read_run(tmp_path / "ordering/mas_prompt/seed0")
+        learning.read_run(bad)
 
 
 TINY = [
@@ -137,10 +153,11 @@ TINY = [
 
 
 SMOLLM2_TINY = [
-    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=2", "warmstart.batch_size=2", "rollout.envs_per_step=2",
+    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=0", "rollout.envs_per_step=2",
     "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", 'rollout.engine="torch"',
 ]
-"""The real-model recipe cut to a few seconds a step (the torch engine starts faster than vLLM)."""
+"""The real-model recipe cut to a few seconds a step (the torch engine starts faster than vLLM; no
+warm start, whose full-model steps on 135M weights dominated the tiny run)."""
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +170,11 @@ def suites_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int, int], extra: list[str]) -> dict:
     """The suite's summary.json against the runs' own eval.json: per-seed values, and mean and sd
     recomputed from them; returns the summary."""
-    summary = json.loads((out / suite / "summary.json").read_text())
     s = learning.SUITES[suite]
+    where = learning.report_dir(out, s, 1, extra)
+    assert where.name.startswith(f"{suite}-")  # a variant of the suite: never its own table's folder
+    summary = json.loads((where / "summary.json").read_text())
+    assert summary["overrides"] == learning.variant_overrides(1, extra)
     for name in arms:
         arm = next(a for a in s.arms if a.name == name)
         finals = []
@@ -166,7 +186,7 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
         want = summarize(finals)
         assert summary["arms"][name]["final"]["mean"] == pytest.approx(want.mean, rel=REL, abs=1e-15)
         assert summary["arms"][name]["final"]["sd"] == pytest.approx(want.sd, rel=REL, abs=1e-15)
-    assert (out / suite / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (where / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return summary
 
 

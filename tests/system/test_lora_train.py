@@ -1,6 +1,7 @@
 """LoRA per role end to end on SmolLM2-135M-Instruct through `atgrpo-train`, one adapter per role on
-one frozen base: Plan-Path (plan, tool) with the torch engine and with vLLM (one engine, both
-adapters), and the code workflow (coder, tester; programs in the sandbox) with the torch engine.
+one frozen base: Plan-Path (plan, tool) with vLLM (one engine, both adapters), and the code workflow
+(coder, tester; programs in the sandbox) with the torch engine. (Plan-Path on the torch engine adds
+no path the two do not take; it was dropped to keep CI short.)
 
 Checked from the run's own outputs: every sample admitted; each role's engine-versus-learner
 log-prob mismatch within the fp32 bound of full weights (1e-3, as `test_real_model.py`); each
@@ -28,7 +29,7 @@ SMOLLM2_BYTES = 134_515_008 * 4
 
 
 ROLES = {"planpath": ("plan", "tool"), "code": ("coder", "tester")}
-CASES = [("planpath", "torch"), ("code", "torch"), ("planpath", "vllm")]
+CASES = [("code", "torch"), ("planpath", "vllm")]
 
 
 @pytest.mark.parametrize(("task", "engine"), CASES, ids=[f"{t}-{e}" for t, e in CASES])

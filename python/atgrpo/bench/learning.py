@@ -18,6 +18,9 @@ Invariants:
   beside. `staleness` is a time-budget suite (same minutes of RL, steps as many as fit).
 - Results: `<out>/<suite>/summary.json`, `table.md` and `curves.png`; the statistics are
   `learning_stats.py`'s (separation rule there).
+- A variant (`--steps` other than the suite's, or any `--set`) is another set of runs with its own
+  folders and its own table, `<out>/<suite>-<digest>/`: it never reads back, nor overwrites, the
+  suite's own runs or table.
 """
 
 from __future__ import annotations
@@ -120,15 +123,37 @@ class RunResult:
         return self.end - self.start
 
 
+def variant(suite: Suite, steps: int | None, extra: list[str] | None) -> str:
+    """The folder suffix of a run or table: empty for the suite's own settings, else "-<digest>" of
+    the step budget and overrides, so a run or a table made with another `--steps` or any `--set`
+    never lands where (or is read back as) one of the suite's own."""
+    budget = steps if steps is not None else suite.steps
+    if budget == suite.steps and not extra:
+        return ""
+    what = [f"steps={budget}", *(extra or [])]
+    return "-" + hashlib.sha256("\0".join(what).encode()).hexdigest()[:10]
+
+
+def variant_overrides(steps: int | None, extra: list[str] | None) -> list[str]:
+    """A variant's settings as said under its table: `--steps N` and each `--set`."""
+    return ([f"--steps {steps}"] if steps is not None else []) + [f"--set {e}" for e in extra or []]
+
+
 def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = None, extra: list[str] | None = None) -> Path:
-    """Where one run writes: its own folder, or for a shared arm the folder of its key and of a
-    digest of its whole command (config file and overrides but the out_dir), so only identical
-    runs are shared, whatever `--steps` or `--set` said."""
+    """Where one run writes: its own folder (with the variant's digest under `--steps`/`--set`),
+    or for a shared arm the folder of its key and of a digest of its whole command (config file and
+    overrides but the out_dir), so only identical runs are shared, whatever `--steps` or `--set` said."""
     if arm.shared is None:
-        return out / suite.name / arm.name / f"seed{seed}"
+        return out / suite.name / f"{arm.name}{variant(suite, steps, extra)}" / f"seed{seed}"
     what = [arm.config or "", *run_sets(suite, arm, -1, Path("OUT"), steps, list(extra or []))]  # any seed: one folder
     digest = hashlib.sha256("\0".join(what).encode()).hexdigest()[:10]
     return out / "shared" / f"{arm.shared}-{digest}" / f"seed{seed}"
+
+
+def report_dir(out: Path, suite: Suite, steps: int | None = None, extra: list[str] | None = None) -> Path:
+    """Where a suite's table, summary.json and curves go: `<out>/<suite>/`, or `<out>/<suite>-<digest>/`
+    for a variant, so a trial with other settings never overwrites the suite's own table."""
+    return out / f"{suite.name}{variant(suite, steps, extra)}"
 
 
 def run_sets(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None, extra: list[str]) -> list[str]:
@@ -208,8 +233,9 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
             results.setdefault(arm.name, {})[seed] = read_run(folder)
     if not results:
         raise LearningSuiteError(f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})")
-    summary = report(suite.name, suite.reference, results, out / suite.name, missing)
-    plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, out / suite.name / "curves.png", suite.name)
+    where = report_dir(out, suite, steps, extra)
+    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_overrides(steps, extra))
+    plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, where / "curves.png", suite.name)
     return summary
 
 
@@ -246,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"atgrpo-bench learning: {exc}", file=sys.stderr)
         return 1
     print(summary["table"])
-    print(f"\nwrote {args.out / suite.name}/summary.json, table.md, curves.png")
+    print(f"\nwrote {report_dir(args.out, suite, args.steps, args.sets)}/summary.json, table.md, curves.png")
     return 0
 
 

@@ -55,9 +55,11 @@ def equal_wall_time(results: Mapping[str, Mapping[int, RunLike]]) -> tuple[str |
 
 
 def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], folder: Path,
-           missing: list[str] | None = None) -> dict:
+           missing: list[str] | None = None, overrides: list[str] | None = None) -> dict:
     """Write `folder/table.md` and `folder/summary.json`; return the summary (with the table text).
-    `missing`: runs of the suite not finished yet ("arm seed s"), said under the table."""
+    `missing`: runs of the suite not finished yet ("arm seed s"), said under the table.
+    `overrides`: a variant's settings (`--steps`, `--set`), said under the title so that its table
+    cannot pass for the suite's own."""
     arms: dict[str, dict] = {}
     lines = [
         f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds",
@@ -65,6 +67,8 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         "| arm | seeds | final | min | max | per seed | gain | min | max | per seed | steps | RL min | wall min |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if overrides:
+        lines[1:1] = ["", "A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
     for arm, runs in results.items():
         seeds = sorted(runs)
         final = summarize([runs[s].end for s in seeds])
@@ -118,7 +122,7 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
     table = "\n".join(lines) + "\n"
     summary = {"suite": suite, "reference": reference, "arms": arms, "paired": comparisons, "separation_z": SEPARATION_Z,
                "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at}, "missing": list(missing or []),
-               "table": table}
+               "overrides": list(overrides or []), "table": table}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "table.md").write_text(table)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
