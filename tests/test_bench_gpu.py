@@ -20,6 +20,14 @@ def test_without_cuda_it_says_why_and_exits_2(monkeypatch, capsys, tmp_path):
     assert "not run: no CUDA device visible" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("device", ["bad", "gpu0"])
+def test_a_device_that_is_no_device_is_a_clear_error(capsys, tmp_path, device):
+    assert cli.main(["gpu", "--quick", "--device", device, "--json", str(tmp_path / "gpu.json")]) == 1
+    err = capsys.readouterr().err
+    assert f"--device = {device!r}" in err and "Traceback" not in err
+    assert not (tmp_path / "gpu.json").exists()
+
+
 def test_the_check_runs_on_the_cpu(smollm2):
     rows = {r.name.split(" (")[0]: r for r in gpu.run(quick=True, device="cpu", vllm=False)}
     assert rows["torch engine vs learner mismatch"].target_met

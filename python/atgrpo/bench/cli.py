@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow, print_table, write_json
-from atgrpo.errors import BenchNotRunError
+from atgrpo.errors import BenchNotRunError, PlacementError
 
 SUITES = {
     "env": "atgrpo.bench.env",
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         except BenchNotRunError as exc:
             print(f"atgrpo-bench gpu: not run: {exc}")
             return NOT_RUN
+        except PlacementError as exc:  # a --device that names no device here: the user's input, said plainly
+            print(f"atgrpo-bench gpu: {exc}", file=sys.stderr)
+            return 1
     print_table(rows)
     path = args.json or Path("bench-results") / f"{args.suite}.json"
     write_json(rows, path)
