@@ -52,6 +52,17 @@ def test_value_at_takes_the_last_evaluation_reached() -> None:
     assert math.isnan(value_at([], 1.0))
 
 
+def test_a_resumed_runs_curve_counts_each_step_once_and_not_the_stop() -> None:
+    ev = lambda step, t, succ, dur: {"step": step, "time": t, "eval/success": succ, "time/eval_s": dur}  # noqa: E731
+    tr = lambda step, t, dur: {"step": step, "time": t, "time/step_s": dur}  # noqa: E731
+    # Session 1: eval, steps 1-3 (eval after 2), cut after step 3; session 2, an hour later, resumes
+    # from step 2's checkpoint: step 3 again (its row replaces session 1's), then the last eval.
+    rows = [ev(0, 0.0, 0.1, 9.0), tr(1, 60.0, 60.0), tr(2, 120.0, 60.0), ev(2, 150.0, 0.2, 30.0), tr(3, 210.0, 60.0),
+            tr(3, 3900.0, 120.0), ev(3, 3930.0, 0.4, 30.0)]
+    assert learning.held_out_curve(rows) == [(0, 0.0, 0.1), (2, 2.5, 0.2), (3, 5.0, 0.4)]
+    assert learning.held_out_curve([ev(0, 5.0, 0.3, 9.0)]) == [(0, 0.0, 0.3)]  # prompt-only: the start alone
+
+
 def _run(start: float, end: float, steps: int, minutes: float) -> learning.RunResult:
     return learning.RunResult(start, end, steps, 60.0 * (minutes + 1), [(0, 0.0, start), (steps, minutes, end)] if steps else [(0, 0.0, start)])
 

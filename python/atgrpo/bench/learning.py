@@ -181,15 +181,36 @@ def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None,
     return cmd
 
 
+def held_out_curve(rows: list[dict]) -> Curve:
+    """(step, minutes of RL, success) of each held-out evaluation, from a run's metrics rows.
+
+    A resumed run's file holds the rows of every session, and a session cut off after its last
+    checkpoint left rows for steps that the next session did again; only the last row of each step
+    counts. Minutes are the sums of the steps' and the later evaluations' own durations
+    (`time/step_s`, `time/eval_s`), not differences of timestamps, so the hours a run lay stopped
+    between sessions are not counted as RL time (for an uninterrupted run the two agree within
+    the checkpoints' seconds)."""
+    last: dict[tuple[int, bool], dict] = {}
+    for r in rows:
+        last[(int(r["step"]), "eval/success" in r)] = r  # a later session's row replaces an earlier one's
+    curve: Curve = []
+    minutes = 0.0
+    for (step, is_eval), r in sorted(last.items()):  # a step's training row before its evaluation
+        if is_eval:
+            minutes += (r.get("time/eval_s", 0.0) if curve else 0.0) / 60.0  # the start evaluation is t = 0
+            curve.append((step, minutes, float(r["eval/success"])))
+        elif curve:
+            minutes += r["time/step_s"] / 60.0
+    return curve
+
+
 def read_run(out_dir: Path) -> RunResult:
     """A finished run's results, from its eval.json, metrics.jsonl and the bench's wall.json."""
     summary = json.loads((out_dir / "eval.json").read_text())
     if summary.get("eval_start") is None or summary.get("eval_end") is None:
         raise LearningSuiteError(f"{out_dir / 'eval.json'} has no start or end evaluation (run.eval_seeds = 0?)")
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [r for r in rows if "eval/success" in r]
-    t0 = evals[0]["time"] if evals else 0.0
-    curve = [(int(r["step"]), (r["time"] - t0) / 60.0, float(r["eval/success"])) for r in evals]
+    curve = held_out_curve(rows)
     wall = out_dir / "wall.json"
     wall_s = json.loads(wall.read_text())["wall_s"] if wall.exists() else (rows[-1]["time"] - rows[0]["time"] if rows else 0.0)
     return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve)
