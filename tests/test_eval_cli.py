@@ -115,6 +115,26 @@ def test_accuracy_and_pass_at_k_count_successes(tiny, tmp_path, monkeypatch):
     assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 1 - 1 / 6, "4": 1.0})
 
 
+@pytest.mark.parametrize(("sets", "flag", "want"), [
+    ([], [], "float32"),
+    (['rollout.dtype="bfloat16"'], [], "bfloat16"),  # the config's rollout dtype
+    (['train.dtype="bfloat16"'], [], "bfloat16"),  # else its train dtype, as in training
+    (['rollout.dtype="bfloat16"'], ["--dtype", "float32"], "float32"),  # the flag wins
+])
+def test_the_engines_dtype_is_the_configs_unless_given(tiny, tmp_path, monkeypatch, sets, flag, want):
+    seen = []
+
+    def engine(model, policy, **kw):
+        seen.append(str(next(model.parameters()).dtype).removeprefix("torch."))
+        return ScriptedEngine(lambda t, i: "x", policy)
+
+    monkeypatch.setattr(torch_engine, "TorchEngine", engine)
+    argv = ["--task", "code", "--model", str(tiny), "--roles", "coder", "--limit", "1", *flag,
+            *(a for s in sets for a in ("--set", s))]
+    assert eval_cli.main(argv) == 0
+    assert seen == [want]
+
+
 def test_cli_subprocess_smoke(tiny, tmp_path):
     out = tmp_path / "res.json"
     cmd = [sys.executable, "-m", "atgrpo.cli.eval", "--task", "math", "--roles", "reasoner", "--model", str(tiny),

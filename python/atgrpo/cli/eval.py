@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", choices=["compact", "paper"], default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="rollout engine (default torch)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="engine dtype (default: the config's rollout.dtype, else its train.dtype)")
     p.add_argument("--batch", type=int, default=16, help="problems per workflow call")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--out", help="write the results as JSON here")
@@ -108,7 +109,6 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
     for key, val in (("temperature", args.temperature), ("max_new_tokens", args.max_new_tokens)):
         if val is not None:
             ro[key] = val
-    data["train"]["dtype"] = args.dtype
     try:
         task_cfg = RunConfig.model_validate({"task": task}).task
     except ValueError as exc:
@@ -192,7 +192,7 @@ def ks_of(spec: str | None, n: int) -> list[int]:
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
-    from atgrpo.engines.factory import open_engine, training_sampling
+    from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
     from atgrpo.units import cut_units, roll_out_locally
     from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
@@ -218,7 +218,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         handles = {}
         for name, pc in cfg.policies.items():
             engine, tok = open_engine(
-                pc.path or "", cfg.rollout, policy=name, dtype=args.dtype, version=0, engines_per_process=len(cfg.policies)
+                pc.path or "", cfg.rollout, policy=name, dtype=args.dtype or rollout_dtype(cfg), version=0, engines_per_process=len(cfg.policies)
             )
             handles[name] = PolicyHandle(engine=engine, tokenizer=tok)
         sampling = replace(training_sampling(cfg.rollout), top_p=1.0 if args.top_p is None else args.top_p)
