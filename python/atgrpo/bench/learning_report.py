@@ -68,7 +68,7 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     if overrides:
-        lines[1:1] = ["", "A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
+        lines[2:2] = ["A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
     for arm, runs in results.items():
         seeds = sorted(runs)
         final = summarize([runs[s].end for s in seeds])
