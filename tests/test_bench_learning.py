@@ -127,7 +127,10 @@ def test_a_variant_never_reads_back_or_overwrites_the_suites_own() -> None:
     short = learning.run_dir(Path("/r"), s, arm, 0, steps=20)
     assert len({own, hot, short}) == 3 and hot.parent.name.startswith("sa_grpo-")
     assert hot == learning.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])  # resumable
-    assert learning.report_dir(Path("/r"), s) == Path("/r/ordering")
+    assert learning.report_dir(Path("/r"), s) == learning.report_dir(Path("/r"), s, steps=100) == Path("/r/ordering")
+    assert learning.variant_overrides(s, 100, []) == []  # the suite's own budget, said explicitly: not a variant
+    assert learning.variant_overrides(s, 100, ["rollout.k=8"]) == ["--set rollout.k=8"]
+    assert learning.variant_overrides(s, 20, []) == ["--steps 20"]
     assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]).parent == Path("/r")
     assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != learning.report_dir(Path("/r"), s, steps=20)
 
@@ -168,7 +171,7 @@ SMOLLM2_TINY = [
     "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", 'rollout.engine="torch"',
 ]
 """The real-model recipe cut to a few seconds a step (the torch engine starts faster than vLLM; no
-warm start, whose full-model steps on 135M weights dominated the tiny run)."""
+warm start: its full-model steps on 135M weights are not what this test checks)."""
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +188,7 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
     where = learning.report_dir(out, s, 1, extra)
     assert where.name.startswith(f"{suite}-")  # a variant of the suite: never its own table's folder
     summary = json.loads((where / "summary.json").read_text())
-    assert summary["overrides"] == learning.variant_overrides(1, extra)
+    assert summary["overrides"] == learning.variant_overrides(s, 1, extra)
     for name in arms:
         arm = next(a for a in s.arms if a.name == name)
         finals = []

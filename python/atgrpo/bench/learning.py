@@ -123,20 +123,24 @@ class RunResult:
         return self.end - self.start
 
 
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def variant_overrides(suite: Suite, steps: int | None, extra: list[str] | None) -> list[str]:
+    """What makes a call a variant of the suite, as said under its table: `--steps N` where N is not
+    the suite's own budget, and each `--set`. Empty: the suite's own runs."""
+    budget = steps if steps is not None else suite.steps
+    return ([f"--steps {budget}"] if budget != suite.steps else []) + [f"--set {e}" for e in extra or []]
+
+
 def variant(suite: Suite, steps: int | None, extra: list[str] | None) -> str:
     """The folder suffix of a run or table: empty for the suite's own settings, else "-<digest>" of
     the step budget and overrides, so a run or a table made with another `--steps` or any `--set`
     never lands where (or is read back as) one of the suite's own."""
-    budget = steps if steps is not None else suite.steps
-    if budget == suite.steps and not extra:
+    if not variant_overrides(suite, steps, extra):
         return ""
-    what = [f"steps={budget}", *(extra or [])]
-    return "-" + hashlib.sha256("\0".join(what).encode()).hexdigest()[:10]
-
-
-def variant_overrides(steps: int | None, extra: list[str] | None) -> list[str]:
-    """A variant's settings as said under its table: `--steps N` and each `--set`."""
-    return ([f"--steps {steps}"] if steps is not None else []) + [f"--set {e}" for e in extra or []]
+    return "-" + _digest([f"steps={steps if steps is not None else suite.steps}", *(extra or [])])
 
 
 def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = None, extra: list[str] | None = None) -> Path:
@@ -146,8 +150,7 @@ def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = No
     if arm.shared is None:
         return out / suite.name / f"{arm.name}{variant(suite, steps, extra)}" / f"seed{seed}"
     what = [arm.config or "", *run_sets(suite, arm, -1, Path("OUT"), steps, list(extra or []))]  # any seed: one folder
-    digest = hashlib.sha256("\0".join(what).encode()).hexdigest()[:10]
-    return out / "shared" / f"{arm.shared}-{digest}" / f"seed{seed}"
+    return out / "shared" / f"{arm.shared}-{_digest(what)}" / f"seed{seed}"
 
 
 def report_dir(out: Path, suite: Suite, steps: int | None = None, extra: list[str] | None = None) -> Path:
@@ -255,7 +258,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
     if not results:
         raise LearningSuiteError(f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})")
     where = report_dir(out, suite, steps, extra)
-    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_overrides(steps, extra))
+    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_overrides(suite, steps, extra))
     plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, where / "curves.png", suite.name)
     return summary
 
