@@ -12,7 +12,7 @@ from atgrpo.config import load_config
 from atgrpo.devices import collective_backend, collective_device, resolve_device
 from atgrpo.engines.factory import sequence_budget
 from atgrpo.errors import PlacementError
-from atgrpo.launch.gpu_plan import GB, ModelShape, colocated, learner_parts, plan
+from atgrpo.launch.gpu_plan import CONTEXT_BYTES, GB, ModelShape, colocated, learner_parts, plan
 from atgrpo.launch.local import child_env, learner_command
 from atgrpo.models.folder import ModelFacts
 
@@ -185,3 +185,37 @@ def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
     assert (parts["weights"], parts["gradients"], parts["optimizer"]) == (4 * a, 4 * a, 8 * a)
     assert "kl_reference" not in parts  # the base with the adapters off
     assert learner.need() <= 0.95 * 80 * GB
+
+
+# Peak GPU memory (torch.cuda.max_memory_allocated, GB) of three learner steps of a Qwen3-1.7B-shaped
+# model (28 layers, vocab 151,936, tied head: 1.72B parameters), bf16, two 8,192-token micro-batches,
+# 1,024-token logit chunks, one rank, measured on an NVIDIA H200 (2026-11-26, `docs/gpus.md`):
+# (backend, ZeRO stage, gradient checkpointing) -> GB.
+H200_PEAKS = {("torch", 0, True): 35.25, ("deepspeed", 1, True): 41.88, ("deepspeed", 2, True): 38.44,
+              ("deepspeed", 3, True): 41.59, ("torch", 0, False): 64.87}
+
+
+@pytest.mark.parametrize("case", sorted(H200_PEAKS))
+def test_learner_parts_cover_the_peaks_measured_on_a_gpu(case):
+    backend, stage, ckpt = case
+    shape = ModelShape.from_hf_config({**QWEN3_1_7B, "tie_word_embeddings": True})
+    cfg = load_config(None, [f"train.backend={backend!r}", f"train.zero_stage={stage}", "train.dtype='bfloat16'",
+                             f"train.gradient_checkpointing={str(ckpt).lower()}"])
+    counted = sum(learner_parts(shape, cfg, ranks=1).values()) / GB
+    # Never below the measured peak by more than the plan's headroom; erring high by at most 10%.
+    assert 0.95 * H200_PEAKS[case] <= counted <= 1.10 * H200_PEAKS[case]
+
+
+def test_policies_that_step_in_turn_add_one_step_at_the_peak():
+    shape = ModelShape.from_hf_config(QWEN3_1_7B)
+    two = _cfg("role_policy={plan='plan', tool='tool'}", "policies.plan.lr=1e-5", "policies.tool.lr=1e-5",
+               "warmstart.steps=0", "launch.learner_devices=[0]",
+               "launch.actor_devices=[1]", "train.dtype='bfloat16'", "train.gradient_checkpointing=true")
+    (learner, _) = plan(two, {"plan": shape, "tool": shape}, int(200 * GB))
+    names = [w for w, _ in learner.peak]
+    assert names.count("learner plan at rest") == 1 and names.count("learner tool at rest") == 1
+    assert sum(1 for w in names if w.endswith(" step")) == 1  # the busiest policy's step, once
+    parts = learner_parts(shape, two, ranks=1, policy="plan")
+    kept = parts["weights"] + parts["optimizer"]
+    step = parts["gradients"] + parts["working"]
+    assert learner.need() == CONTEXT_BYTES + 2 * kept + step

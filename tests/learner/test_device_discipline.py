@@ -14,9 +14,10 @@ from meta_device import MetaReads
 
 from atgrpo.config import load_config
 from atgrpo.learner.batching import pair_microbatches
+from atgrpo.learner.checkpoints import RunState
 from atgrpo.learner.microbatch import MicroBatch
 from atgrpo.learner.packing import OptimizerStep, RankPlan
-from atgrpo.learner.trainer import Trainer
+from atgrpo.learner.trainer import ADAPTER_DIR, Trainer
 from atgrpo.warmstart.prepare import prepare_models
 
 META = torch.device("meta")
@@ -59,3 +60,18 @@ def test_a_micro_batch_left_on_the_cpu_is_caught(tmp_path, monkeypatch):
         trainer = Trainer(cfg, device=META)
         with pytest.raises(RuntimeError, match="device"):
             trainer.train(_plan(trainer, False))
+
+
+def test_a_lora_checkpoint_is_written_with_the_base_on_another_device(tmp_path):
+    """The merged model of a LoRA checkpoint is built on the host: the base lies on the learner's
+    device and the adapter's exported tensors on the CPU (on an H200 the old merge raised)."""
+    cfg = load_config(None, [
+        f"run.out_dir={str(tmp_path / 'run')!r}", "warmstart.steps=0", "policies.shared.lora={r=4, alpha=8.0}",
+        "policies.shared.tiny={hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1}",
+    ])
+    prepare_models(cfg, device=torch.device("cpu"))
+    with MetaReads():
+        trainer = Trainer(cfg, device=META)
+        folder = trainer.checkpoint(tmp_path / "ck", RunState(1, dict(trainer.versions), None), rank0=True)
+    assert (folder / "shared" / "model" / "config.json").is_file()
+    assert (folder / "shared" / ADAPTER_DIR / "adapter_config.json").is_file()

@@ -145,7 +145,9 @@ class Trainer:
             lora = self.cfg.policies[p].lora
             if lora is not None:  # the adapter on its own (peft's format), and merged into its base for eval
                 write_adapter(folder / p / ADAPTER_DIR, lora, tensors, policy_dir(self.cfg, p))
-                tensors = merge_adapter(base_state(be.model), tensors, scaling(lora))
+                # On the host, like the adapter's exported tensors: the base lies on the learner's device.
+                base = {k: t.detach().cpu() for k, t in base_state(be.model).items()}
+                tensors = merge_adapter(base, tensors, scaling(lora))
             export_model_folder(policy_dir(self.cfg, p), tensors, folder / p / "model")
         if state is not None:
             for name, data in (extra or {}).items():

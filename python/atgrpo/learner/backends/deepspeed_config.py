@@ -56,12 +56,17 @@ def precision_plan(compute: torch.dtype, zero_stage: int, lora: bool = False) ->
     return Precision.module_bf16 if zero_stage > 0 and not lora else Precision.autocast_bf16
 
 
+def bucket_elements(n_params: int) -> int:
+    """Elements of each ZeRO bucket for a model of `n_params` trainable parameters: no larger than
+    the model, since DeepSpeed preallocates them (2 GB each in fp32 at the default)."""
+    return int(min(DEFAULT_BUCKET, max(n_params, 1_000_000)))
+
+
 def build_config(
     *, world_size: int, zero_stage: int, grad_clip: float, n_params: int, precision: Precision
 ) -> dict[str, Any]:
     """The engine config (before the caller's `extra_config` is merged in)."""
-    # Buckets no larger than the model: DeepSpeed preallocates them (2 GB each at the default).
-    bucket = int(min(DEFAULT_BUCKET, max(n_params, 1_000_000)))
+    bucket = bucket_elements(n_params)
     bf16 = precision is Precision.module_bf16
     config: dict[str, Any] = {
         # Batch keys only feed DeepSpeed's sample counters here: one "sample" per micro-batch,
@@ -93,4 +98,4 @@ def build_config(
     return config
 
 
-__all__ = ["DEFAULT_BUCKET", "Precision", "build_config", "precision_plan"]
+__all__ = ["DEFAULT_BUCKET", "Precision", "bucket_elements", "build_config", "precision_plan"]
