@@ -1,5 +1,6 @@
 """`atgrpo-bench gpu` where there is no GPU: it says why it did not run (exit 2), and its code path
-runs on the CPU (`--device cpu`): the single-rank check on SmolLM2 and the two-rank worker over gloo."""
+runs on the CPU (`--device cpu`): the single-rank check on SmolLM2, the learner at scale (a small
+shape) and the two-rank worker over gloo."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from atgrpo.bench import cli, gpu
+from atgrpo.bench import cli, gpu, gpu_scale
 from atgrpo.config import TinyModelSpec
 from atgrpo.models.tiny import build_tiny_model
 
@@ -33,6 +34,18 @@ def test_the_check_runs_on_the_cpu(smollm2):
     assert rows["torch engine vs learner mismatch"].target_met
     step = rows["learner step, torch backend"]
     assert step.extra["tokens"] > 0 and step.extra["grad_norm"] > 0
+    scale = rows["learner step at scale"]  # the small shape on the CPU; the fp32 master moved at lr 1e-6
+    assert scale.value > 0 and scale.extra["moved_share_min"] >= 0.5 and scale.extra["plan_gb"] > 0
+
+
+def test_the_scale_check_fails_when_updates_do_not_land(monkeypatch):
+    """With lr 0 (as with updates lost below bf16's resolution) the fp32 master does not move: an error."""
+    from atgrpo.learner import backends
+
+    real = backends.make_backend
+    monkeypatch.setattr(backends, "make_backend", lambda model, cfg, lr, *rest: real(model, cfg, 0.0, *rest))
+    with pytest.raises(RuntimeError, match="did not move"):
+        gpu_scale.run_case("torch", 0, True, "cpu")
 
 
 @pytest.mark.parametrize("device", ["cpu"])

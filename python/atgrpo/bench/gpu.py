@@ -4,13 +4,17 @@ On `cuda` (the default) it runs, on SmolLM2-135M when it is imported (`atgrpo-mo
 on the built tiny model, in fp32:
 - a rollout with the torch engine and one learner step (torch backend, one rank), the engine's
   log-probabilities against the learner's on the same tokens (bound 1e-3), peak GPU memory;
+- the learner at scale (`atgrpo.bench.gpu_scale`): steps of a Qwen3-1.7B-shaped model with the
+  torch backend and DeepSpeed ZeRO 1-3, peak memory against the GPU plan, fp32 master weights that
+  move at lr 1e-6 (on the CPU: a small shape, the torch backend only);
 - two learner ranks over NCCL (`atgrpo.bench.gpu_ranks` under torchrun) when two GPUs are visible:
   one step each on its own share, replicas compared by checksum;
 - the vLLM engine when vLLM is installed: the same mismatch, a weight reload, and its outputs
   changing with the new weights.
 
 Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
-code on the CPU (that is how CI keeps it working); the GPU run itself has never been done here.
+code on the CPU (that is how CI keeps it working). It ran on an H200 on 2026-11-26 without vLLM
+(docs/gpus.md).
 """
 
 from __future__ import annotations
@@ -122,6 +126,9 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
         metrics = _learner_step(folder, dev, prompts, outs, tok.pad_token_id)
         rows.append(_row(f"learner step, torch backend ({dev})", metrics["loss"], "loss", extra=metrics))
         rows.append(_row("peak GPU memory, rollout + learner step", _peak_gb(dev), "GB"))
+        from atgrpo.bench import gpu_scale
+
+        rows += gpu_scale.rows(str(dev))
         if dev.type == "cuda" and torch.cuda.device_count() >= 2:
             rows.append(_two_ranks(folder))
         elif dev.type == "cuda":
