@@ -156,6 +156,11 @@ def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytes
     (bad / "eval.json").write_text('{"steps": 3, "eval_start": null, "eval_end": null}')
     with pytest.raises(LearningSuiteError, match="no start or end evaluation"):
         learning.read_run(bad)
+    # Nor one whose metrics rows lack their durations (minutes of RL cannot be counted).
+    (bad / "eval.json").write_text('{"steps": 1, "eval_start": 0.1, "eval_end": 0.2}')
+    (bad / "metrics.jsonl").write_text('{"step": 0, "eval/success": 0.1, "time/eval_s": 1.0}\n{"step": 1}\n')
+    with pytest.raises(LearningSuiteError, match="metrics.jsonl: a row has no 'time/step_s'"):
+        learning.read_run(bad)
 
 
 TINY = [

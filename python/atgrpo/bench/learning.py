@@ -192,7 +192,7 @@ def held_out_curve(rows: list[dict]) -> Curve:
     counts. Minutes are the sums of the steps' and the later evaluations' own durations
     (`time/step_s`, `time/eval_s`), not differences of timestamps, so the hours a run lay stopped
     between sessions are not counted as RL time (for an uninterrupted run the two agree within
-    the checkpoints' seconds)."""
+    the checkpoints' seconds). A row without its duration is a KeyError."""
     last: dict[tuple[int, bool], dict] = {}
     for r in rows:
         last[(int(r["step"]), "eval/success" in r)] = r  # a later session's row replaces an earlier one's
@@ -200,7 +200,7 @@ def held_out_curve(rows: list[dict]) -> Curve:
     minutes = 0.0
     for (step, is_eval), r in sorted(last.items()):  # a step's training row before its evaluation
         if is_eval:
-            minutes += (r.get("time/eval_s", 0.0) if curve else 0.0) / 60.0  # the start evaluation is t = 0
+            minutes += (r["time/eval_s"] if curve else 0.0) / 60.0  # the start evaluation is t = 0
             curve.append((step, minutes, float(r["eval/success"])))
         elif curve:
             minutes += r["time/step_s"] / 60.0
@@ -213,7 +213,10 @@ def read_run(out_dir: Path) -> RunResult:
     if summary.get("eval_start") is None or summary.get("eval_end") is None:
         raise LearningSuiteError(f"{out_dir / 'eval.json'} has no start or end evaluation (run.eval_seeds = 0?)")
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    curve = held_out_curve(rows)
+    try:
+        curve = held_out_curve(rows)
+    except KeyError as exc:  # every step and evaluation row of atgrpo-train has its duration
+        raise LearningSuiteError(f"{out_dir / 'metrics.jsonl'}: a row has no {exc.args[0]!r}") from exc
     wall = out_dir / "wall.json"
     wall_s = json.loads(wall.read_text())["wall_s"] if wall.exists() else (rows[-1]["time"] - rows[0]["time"] if rows else 0.0)
     return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve)
