@@ -261,7 +261,8 @@ def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monk
     folder = learning.run_dir(tmp_path, suite, arm, 1)
     folder.mkdir(parents=True)
     (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
-    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2}\n{"step": 100, "time": 60.0, "eval/success": 0.45}\n')
+    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
+                                          '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n')
     summary = learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
     assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(0.25)
     assert summary["missing"] == ["alpha0 seed 0", "alpha0_5 seed 0", "alpha0_5 seed 1", "alpha1 seed 0", "alpha1 seed 1"]
