@@ -38,18 +38,16 @@ PROBE = 65536
 """Leading elements of each parameter compared before and after (a copy of all would skew the peak)."""
 
 
-def _batch(vocab: int, model, device: str, seqs: int, prompt: int, response: int):
+def _batch(vocab: int, model, seqs: int, prompt: int, response: int):
+    from atgrpo.engines.base import Completion
     from atgrpo.learner.batching import Sequences, pack
+    from atgrpo.learner.logprob_check import learner_logprobs
 
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, vocab, (prompt,), generator=g).tolist() for _ in range(seqs)]
     responses = [torch.randint(0, vocab, (response,), generator=g).tolist() for _ in range(seqs)]
-    behaviour = []  # on-policy: the model's own log-probs, so the importance ratios start near 1
-    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-        for p, r in zip(prompts, responses):
-            ids = torch.tensor([p + r], device=device)
-            logp = torch.log_softmax(model(ids).logits[0, prompt - 1:-1].float(), -1)
-            behaviour.append(logp.gather(-1, ids[0, prompt:, None])[:, 0].tolist())
+    # On-policy: the model's own log-probs of its tokens, so the importance ratios start near 1.
+    behaviour = learner_logprobs(model, prompts, [Completion(r, [], False) for r in responses], 1.0, pad_id=0)
     advantages = torch.randn(seqs, generator=g).numpy()
     return pack(Sequences(prompts, responses, behaviour, advantages), max_tokens=seqs // 2 * (prompt + response),
                 pad_id=0, aggregation="token_mean", share_prefix=False)
@@ -84,7 +82,7 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str) -> dict:
         model = AutoModelForCausalLM.from_config(Qwen3Config(**shape), dtype=torch.float32)
     params = sum(p.numel() for p in model.parameters())
     before = {k: p.detach().flatten()[:PROBE].clone() for k, p in model.named_parameters()}
-    mbs = _batch(shape["vocab_size"], model, device, seqs, prompt, response)
+    mbs = _batch(shape["vocab_size"], model, seqs, prompt, response)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
     if cuda:
