@@ -54,8 +54,10 @@ class RunSection(Section):
     """Directory of the run: checkpoints, metrics.jsonl, TensorBoard events, logs, the learning curve."""
     seed: int = 0
     """Seeds torch, the data cursor and sampling."""
-    steps: int = Field(default=300, ge=0)
-    """Training steps; each is one rollout batch and `train.minibatches` optimizer updates per policy."""
+    steps: int = Field(default=200, ge=0)
+    """Training steps; each is one rollout batch and `train.minibatches` optimizer updates per policy.
+    200: the demo's budget, a step count so that its result is the same on every CPU (docs/learning.md,
+    "Trial: more RL steps")."""
     eval_every: int = Field(default=20, ge=0)
     """Evaluate on held-out seeds every this many steps (0: only before and after training)."""
     eval_seeds: int = Field(default=200, ge=0)
@@ -74,8 +76,9 @@ class RunSection(Section):
     allow_config_change: bool = False
     """Resume even if the config changes what the run learns (anything but `run.steps`, the time limit,
     eval and checkpoint intervals, `launch`, `metrics` and `transport`); otherwise that is refused."""
-    time_limit_s: float = Field(default=600.0, ge=0.0)
-    """Seconds of training after which the run stops (checkpoint, final evaluation); 0: no limit."""
+    time_limit_s: float = Field(default=0.0, ge=0.0)
+    """Seconds of training after which the run stops (checkpoint, final evaluation); 0: no limit (the
+    default: a time limit makes the steps, and so what a run learns, depend on the machine's speed)."""
 
     @model_validator(mode="after")
     def _keep_steps(self) -> "RunSection":
