@@ -36,6 +36,8 @@ def test_the_check_runs_on_the_cpu(smollm2):
     assert step.extra["tokens"] > 0 and step.extra["grad_norm"] > 0
     scale = rows["learner step at scale"]  # the small shape on the CPU; the fp32 master moved at lr 1e-6
     assert scale.value > 0 and scale.extra["moved_share_min"] >= 0.5 and scale.extra["plan_gb"] > 0
+    # Step 1 scores the batch before any update: its gap is the bf16 forward against the fp32 one.
+    assert 0 < scale.extra["logprob_gap_step1"] < 0.1 and "clip_frac_step3" in scale.extra
 
 
 def test_the_scale_check_fails_when_updates_do_not_land(monkeypatch):

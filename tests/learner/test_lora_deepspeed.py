@@ -14,6 +14,7 @@ import pytest
 import torch
 from deepspeed_cases import make_steps, total_tokens
 from test_deepspeed import assert_metrics_close, ds_backend, world_of_one  # noqa: F401  (fixture)
+from test_precision import linear_output_dtypes, see_outer_autocast_as_on_a_gpu
 from test_lora import lora_config, plan, randomise
 
 from atgrpo.errors import CheckpointLoadError
@@ -31,13 +32,13 @@ FP32_EPS = torch.finfo(torch.float32).eps
 POLICIES = ("a", "b")
 
 
-def group(cfg, backend: str, zero_stage: int = 0):
+def group(cfg, backend: str, zero_stage: int = 0, dtype: str = "float32"):
     """Both policies' backends on one freshly loaded shared base, adapters randomised (seeds 1, 2)
     before any backend takes them (ZeRO copies its fp32 masters at initialisation)."""
     adapters = load_shared_bases(cfg, {p: policy_dir(cfg, p) for p in POLICIES}, "cpu")
     for seed, p in enumerate(POLICIES, start=1):
         randomise(adapters[p], seed)
-    train = cfg.train.model_copy(update={"backend": backend, "zero_stage": zero_stage})
+    train = cfg.train.model_copy(update={"backend": backend, "zero_stage": zero_stage, "dtype": dtype})
     return {
         p: make_backend(adapters[p].model, train, cfg.policies[p].lr, cfg.policies[p].weight_decay, loss_config(cfg),
                         adapter=adapters[p])
@@ -81,6 +82,18 @@ def test_one_step_matches_torch_and_touches_nothing_else(world_of_one, tmp_path,
         # its own adapter only: the base and the other policy's adapter are bit for bit as they were
         assert moved and all(f".{ds[p].adapter.name}." in k for k in moved), sorted(moved)[:4]
         assert not any(f".{ds[other].adapter.name}." in k for k in moved)
+
+
+def test_bf16_lora_computes_in_bf16_where_deepspeed_turns_autocast_off(world_of_one, tmp_path, monkeypatch):
+    """A LoRA policy's engine computes its fp32 base and adapter under autocast at every stage; on
+    a GPU DeepSpeed's engine turned that autocast off (`test_precision`, the same stand-in)."""
+    see_outer_autocast_as_on_a_gpu(monkeypatch)
+    cfg = lora_config(tmp_path)
+    ds = group(cfg, "deepspeed", 2, "bfloat16")
+    seen = linear_output_dtypes(ds["a"].model)  # the shared base's layers and the adapters'
+    work = make_steps(policy_dir(cfg, "a"))[0][:1]
+    ds["a"].train_step(work, total_tokens(work))
+    assert seen and set(seen) == {torch.bfloat16}
 
 
 def test_streamed_steps_of_the_group_interleave(world_of_one, tmp_path):

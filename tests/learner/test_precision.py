@@ -146,6 +146,36 @@ def test_deepspeed_bf16_plan(world_of_one, model_dir, stage):
     assert all(p.dtype == torch.float32 for g in b.engine.basic_optimizer.param_groups for p in g["params"])
 
 
+def see_outer_autocast_as_on_a_gpu(monkeypatch) -> None:
+    """DeepSpeed's `autocast_if_enabled` asks `torch.is_autocast_enabled()` without a device, which
+    answers for CUDA only: on a GPU it sees the learner's autocast and turns it off inside
+    `engine.forward`. Make it see the CPU's too, so the CPU runs what a GPU runs."""
+    real = torch.is_autocast_enabled
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *a: real(*a) if a else real("cpu") or real("cuda"))
+
+
+def linear_output_dtypes(module: torch.nn.Module) -> list[torch.dtype]:
+    """The dtype of every output of the module's Linear layers, recorded from now on (not the
+    output layer's: during a step it returns the fp32 scores, `output_head`)."""
+    seen: list[torch.dtype] = []
+    for name, m in module.named_modules():
+        if type(m) is torch.nn.Linear and not name.endswith("lm_head"):
+            m.register_forward_hook(lambda _m, _a, out: seen.append(out.dtype))
+    return seen
+
+
+@needs_deepspeed
+def test_deepspeed_zero0_bf16_computes_in_bf16_where_deepspeed_turns_autocast_off(world_of_one, model_dir, steps, monkeypatch):
+    """ZeRO-0 computes fp32 parameters under autocast; on a GPU DeepSpeed's engine switched that
+    autocast off and the step ran in fp32 (found on an H100: 5x slower, no bf16 gap)."""
+    see_outer_autocast_as_on_a_gpu(monkeypatch)
+    b = ds_backend(model_dir, 0, "bfloat16")
+    seen = linear_output_dtypes(b.engine.module)
+    b.train_step(steps[0], total_tokens(steps[0]))
+    assert seen and set(seen) == {torch.bfloat16}
+    assert not torch.is_autocast_enabled("cpu")  # entered inside the forward, and left again
+
+
 @needs_deepspeed
 def test_grad_norm_and_clipping_agree_across_backends_and_stages(world_of_one, model_dir, steps):
     """bf16 compute, one unclipped step and one clipped: every backend and ZeRO stage reports the

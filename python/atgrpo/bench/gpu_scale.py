@@ -27,8 +27,11 @@ QWEN3_1_7B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, n
                   max_position_embeddings=40960, rope_theta=1e6)
 SMALL = {**QWEN3_1_7B, "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
-CASES = [("torch", 0, True), ("deepspeed", 1, True), ("deepspeed", 2, True), ("deepspeed", 3, True), ("torch", 0, False)]
-"""(backend, ZeRO stage, gradient checkpointing): the cases run on a GPU (the CPU runs the first)."""
+CASES = [("torch", 0, True), ("deepspeed", 0, True), ("deepspeed", 1, True), ("deepspeed", 2, True), ("deepspeed", 3, True),
+         ("torch", 0, False)]
+"""(backend, ZeRO stage, gradient checkpointing): the cases run on a GPU (the CPU runs the first).
+DeepSpeed's ZeRO-0 computes like the torch backend (fp32 weights under autocast), ZeRO 1-3 with
+DeepSpeed's bf16 module, so the per-step log-prob movement separates the engine from the precision."""
 PLAN_BAND = (0.95, 1.10)
 """The plan's count over the measured peak that the check accepts: never short by more than the
 plan's headroom (`gpu_plan.HEADROOM`), and not so high that it refuses runs that fit."""
@@ -63,7 +66,7 @@ def _master(backend: str, param: torch.Tensor) -> torch.Tensor:
     return param
 
 
-def run_case(backend: str, stage: int, ckpt: bool, device: str) -> dict:
+def run_case(backend: str, stage: int, ckpt: bool, device: str, dtype: str = "bfloat16") -> dict:
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     from atgrpo.config import load_config
@@ -74,7 +77,7 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str) -> dict:
     cuda = device.startswith("cuda")
     shape = QWEN3_1_7B if cuda else SMALL
     seqs, prompt, response = (SEQS, PROMPT, RESPONSE) if cuda else (SMALL_SEQS, SMALL_PROMPT, SMALL_RESPONSE)
-    cfg = load_config(None, [f"train.backend={backend!r}", f"train.zero_stage={stage}", "train.dtype='bfloat16'",
+    cfg = load_config(None, [f"train.backend={backend!r}", f"train.zero_stage={stage}", f"train.dtype={dtype!r}",
                              f"train.device={device!r}", f"train.gradient_checkpointing={str(ckpt).lower()}"])
     parts = learner_parts(ModelShape.from_hf_config(shape), cfg, ranks=1)
     torch.manual_seed(0)
@@ -88,12 +91,13 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     learner = make_backend(model, cfg.train, 1e-6, 0.0, LossConfig(temperature=1.0))
-    times = []
+    times, steps = [], []
     for _ in range(STEPS):
         start = time.perf_counter()
         metrics = learner.train_step(mbs, sum(mb.num_tokens for mb in mbs))
         sync()
         times.append(time.perf_counter() - start)
+        steps.append(metrics)
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
     live = {k.removeprefix("module."): _master(backend, p) for k, p in learner.model.named_parameters()}
     moved = [(live[k].detach().flatten()[:PROBE].float() != v).float().mean().item() for k, v in before.items() if k in live]
@@ -104,7 +108,12 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str) -> dict:
     return {"backend": backend, "zero_stage": stage, "checkpointing": ckpt, "params": params, "peak_gb": peak,
             "plan_gb": sum(parts.values()) / 1e9, "plan_parts_gb": {k: v / 1e9 for k, v in parts.items()},
             "step_s": times, "tokens_per_s": tokens / times[-1], "moved_share_min": min(moved),
-            "loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}
+            "loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "dtype": dtype,
+            # Each step's mean |learner - behaviour| log-prob before its update: step 1 is the gap
+            # between the backend's forward and the fp32 forward that scored the batch, later steps
+            # add what the updates moved.
+            "logprob_gap_per_step": [m["logprob_mismatch"] for m in steps],
+            "clip_frac_per_step": [m["clip_frac"] for m in steps]}
 
 
 def rows(device: str) -> list[BenchRow]:
@@ -118,6 +127,8 @@ def rows(device: str) -> list[BenchRow]:
         case = json.loads(done.stdout.strip().splitlines()[-1])
         extra = {k: float(v) for k, v in case.items() if isinstance(v, (int, float))}
         extra.update({f"plan {k} GB": v for k, v in case["plan_parts_gb"].items()}, step_s_first=case["step_s"][0])
+        for i, (gap, clip) in enumerate(zip(case["logprob_gap_per_step"], case["clip_frac_per_step"]), 1):
+            extra.update({f"logprob_gap_step{i}": gap, f"clip_frac_step{i}": clip})
         label = f"{backend}{f' ZeRO-{stage}' if backend == 'deepspeed' else ''}, checkpointing {'on' if ckpt else 'off'}"
         if device.startswith("cuda"):
             lo, hi = PLAN_BAND
@@ -131,4 +142,4 @@ def rows(device: str) -> list[BenchRow]:
 
 if __name__ == "__main__":
     backend, stage, ckpt, device = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
-    print(json.dumps(run_case(backend, stage, ckpt, device)))
+    print(json.dumps(run_case(backend, stage, ckpt, device, *sys.argv[5:6])))

@@ -34,7 +34,8 @@ Invariants:
 * Metrics. Metric sums are all-reduced, so every rank returns the global metrics of the step.
 * Precision (`deepspeed_config`): fp32 master weights, optimizer state and gradient accumulation
   in every stage; `dtype="bfloat16"` computes in bf16 (ZeRO 1-3: DeepSpeed's bf16 module with fp32
-  accumulation; ZeRO-0: fp32 parameters under torch.autocast, as `TorchBackend`). The update,
+  accumulation; ZeRO-0: fp32 parameters under torch.autocast, as `TorchBackend`, re-entered inside
+  the engine's forward by `_autocast_inside`, since DeepSpeed turns an outer CUDA autocast off). The update,
   its clipping and `grad_norm` always use the fp32 gradients. Under ZeRO 1-3 the masters start from
   the bf16-rounded weights (DeepSpeed casts the module before it copies them); exact for
   checkpoints shipped in bf16.
@@ -83,6 +84,34 @@ IDENTITY_FILE = "learner.json"
 """Beside the engine state: {"adapter": the LoRA policy whose adapter it holds, or null for a full model}."""
 
 _SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def _autocast_inside(module: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """Run every forward of `module` under torch.autocast(`dtype`), entered inside the call.
+
+    DeepSpeed 0.19.8's `engine.forward` wraps the module call in `autocast_if_enabled`, which, when
+    an autocast is already on and the config has no `torch_autocast` section, enters
+    `torch.autocast(enabled=False)`: the outer bf16 autocast that `base.accumulate` sets is switched
+    off and the model computes in fp32 (5x slower on an H100, measured). Its check
+    (`torch.is_autocast_enabled()` without a device) sees CUDA only, so on the CPU nothing showed it.
+    The config's `torch_autocast` section is not the way round it: it sets a process-wide flag after
+    which every ZeRO engine in the process, a full policy's bf16 one too, reduces gradients in each
+    parameter's dtype instead of fp32. So the module re-enters autocast itself, inside DeepSpeed's
+    context; the exit hook runs even when the forward raises, so the autocast state never leaks.
+    The outer autocast stays for what runs outside the module (the KL reference)."""
+    entered: list[torch.autocast] = []
+
+    def enter(_module, _args):
+        ctx = torch.autocast(device_type=device.type, dtype=dtype)
+        ctx.__enter__()
+        entered.append(ctx)
+
+    def leave(_module, _args, _output):
+        if entered:
+            entered.pop().__exit__(None, None, None)
+
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(leave, always_call=True)
 
 
 def import_deepspeed(device: torch.device | None = None):
@@ -231,6 +260,8 @@ class DeepSpeedBackend(LearnerBackend):
         if self.ref_model is not None and adapter is None:
             self.ref_model.to(self.device)  # wherever DeepSpeed put the policy, its reference goes too
         self._dummy = _dummy_microbatch(self.device, shared_prefix)
+        if self.precision is Precision.autocast_bf16:
+            _autocast_inside(self.engine.module, self.device, self.compute_dtype)
 
     def _before_update(self, optimizer, args, kwargs) -> None:
         # Scale what this update applies by 1 / total_tokens, each parameter's gradient once per step
