@@ -3,7 +3,7 @@
 bf16 "mixed" means fp32 master weights and optimizer state, bf16 forward/backward, gradients
 accumulated and clipped in fp32 (`learner.backends.base`). Tolerances are in units of bf16's unit
 roundoff U = 2^-8 (8 significant bits, round to nearest). The bf16 paths run on CPU autocast and
-DeepSpeed's CPU accelerator; the same code on CUDA is untested here (no GPU).
+DeepSpeed's CPU accelerator; the same code ran on CUDA only on the H200 and H100 of docs/gpus.md.
 """
 
 from __future__ import annotations

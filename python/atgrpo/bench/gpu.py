@@ -13,7 +13,7 @@ on the built tiny model, in fp32:
   changing with the new weights.
 
 Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
-code on the CPU (that is how CI keeps it working). It ran on an H200 on 2026-11-26 without vLLM
+code on the CPU (that is how CI keeps it working). It ran on an H200 and an H100 on 2026-11-26 without vLLM
 (docs/gpus.md).
 """
 

@@ -1,7 +1,7 @@
 """The DeepSpeed config of `DeepSpeedBackend`: batch keys, ZeRO settings and the precision plan.
 
 Precision plan (DeepSpeed 0.19.8, `runtime/engine.py` `_do_optimizer_sanity_check`, read against
-its source; the bf16 paths are tested on the CPU accelerator, not on a GPU):
+its source; the bf16 paths are tested on the CPU accelerator, and ran on an H100, docs/gpus.md):
 
 * fp32 compute: no `bf16` section; the client AdamW steps fp32 parameters (ZeRO 1-3 wrap it on
   fp32 partitions).

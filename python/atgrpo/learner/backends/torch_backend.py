@@ -10,8 +10,8 @@ Precision (the contract's, `base`): the model's parameters are the fp32 master w
 state is fp32. With `dtype="bfloat16"` the forward runs under `torch.autocast` in bf16, so the
 gradients land in the fp32 parameters' fp32 `.grad` and accumulate there across micro-batches;
 scaling, the all-reduce, clipping and the update all see fp32. The KL reference is kept in the
-compute dtype (it is only ever run forward, under the same autocast). The bf16 path on CUDA is
-untested here (no GPU); on CPU it runs the same code under CPU autocast.
+compute dtype (it is only ever run forward, under the same autocast). The tests run the bf16 path
+on the CPU under CPU autocast; on CUDA it ran on an H200 and an H100 (docs/gpus.md), not in CI.
 
 LoRA (`adapter`, `learner.lora`): `model` is a PeftModel shared with the other policies of its base;
 this backend activates its adapter before each forward and its optimizer, clipping, all-reduce,
