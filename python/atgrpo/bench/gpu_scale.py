@@ -91,13 +91,13 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str, dtype: str = "bf
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     learner = make_backend(model, cfg.train, 1e-6, 0.0, LossConfig(temperature=1.0))
-    times, steps = [], []
+    times, per_step = [], []
     for _ in range(STEPS):
         start = time.perf_counter()
         metrics = learner.train_step(mbs, sum(mb.num_tokens for mb in mbs))
         sync()
         times.append(time.perf_counter() - start)
-        steps.append(metrics)
+        per_step.append(metrics)
     peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
     live = {k.removeprefix("module."): _master(backend, p) for k, p in learner.model.named_parameters()}
     moved = [(live[k].detach().flatten()[:PROBE].float() != v).float().mean().item() for k, v in before.items() if k in live]
@@ -112,8 +112,8 @@ def run_case(backend: str, stage: int, ckpt: bool, device: str, dtype: str = "bf
             # Each step's mean |learner - behaviour| log-prob before its update: step 1 is the gap
             # between the backend's forward and the fp32 forward that scored the batch, later steps
             # add what the updates moved.
-            "logprob_gap_per_step": [m["logprob_mismatch"] for m in steps],
-            "clip_frac_per_step": [m["clip_frac"] for m in steps]}
+            "logprob_gap_per_step": [m["logprob_mismatch"] for m in per_step],
+            "clip_frac_per_step": [m["clip_frac"] for m in per_step]}
 
 
 def rows(device: str) -> list[BenchRow]:
