@@ -12,7 +12,7 @@ import pytest
 
 from atgrpo.bench import learning
 from atgrpo.bench.learning_report import equal_wall_time, report
-from atgrpo.bench.learning_stats import paired, summarize, value_at, verdict
+from atgrpo.bench.learning_stats import late_mean, paired, summarize, value_at, verdict
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 
@@ -52,6 +52,14 @@ def test_value_at_takes_the_last_evaluation_reached() -> None:
     assert math.isnan(value_at([], 1.0))
 
 
+def test_late_mean_averages_the_last_evaluations_after_the_start() -> None:
+    curve = [(0, 0.0, 0.9), (20, 1.0, 0.1), (40, 2.0, 0.2), (60, 3.0, 0.4), (80, 4.0, 0.6)]
+    assert late_mean(curve) == pytest.approx((0.2 + 0.4 + 0.6) / 3, rel=REL)
+    assert late_mean(curve[:3]) == pytest.approx(0.15, rel=REL)  # two evaluations after the start: both
+    assert late_mean(curve[:1]) == 0.9  # no RL step (prompt-only): the start evaluation
+    assert late_mean(curve, n=1) == 0.6 and math.isnan(late_mean([]))
+
+
 def test_a_resumed_runs_curve_counts_each_step_once_and_not_the_stop() -> None:
     ev = lambda step, t, succ, dur: {"step": step, "time": t, "eval/success": succ, "time/eval_s": dur}  # noqa: E731
     tr = lambda step, t, dur: {"step": step, "time": t, "time/step_s": dur}  # noqa: E731
@@ -88,6 +96,11 @@ def test_report_arithmetic(tmp_path: Path) -> None:
     table = (tmp_path / "table.md").read_text()
     assert "| ref | 2 | 55.0 ± 7.1 | 50.0 | 60.0 | 50.0, 60.0 | 40.0 ± 0.0 |" in table
     assert "| fast | 2 | -25.0 ± 7.1 | separate |" in table
+    # Late: with one evaluation after the start it is the final one, per seed and paired.
+    assert ref["late"]["mean"] == pytest.approx(0.55, rel=REL) and ref["per_seed"][1]["late"] == 0.6
+    assert out["paired"]["fast"]["late"]["diffs"] == pytest.approx([-0.3, -0.2], rel=1e-9)
+    assert out["paired"]["prompt"]["late"]["mean"] == pytest.approx(-0.4, rel=1e-9)  # prompt-only: its start
+    assert "| 55.0 ± 7.1 | 50.0, 60.0 |\n" in table
     assert json.loads((tmp_path / "summary.json").read_text())["suite"] == "demo"
     assert equal_wall_time({"prompt": results["prompt"]})[0] is None
 

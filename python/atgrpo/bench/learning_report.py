@@ -5,6 +5,7 @@ and `summary.json` (numbers from `learning_stats.py`, runs read by `learning.py`
 Quantities (fractions in the JSON, points in the table):
 - final: held-out greedy success at the end of the run (`eval.json` `eval_end`);
 - gain: final minus the start evaluation, the warm-started model's (`eval_end - eval_start`);
+- late: the mean of the last `LATE_EVALS` evaluations (`late_mean`), a steadier end point than final;
 - RL minutes: from the start evaluation to the last one (evaluations included, warm start not);
 - wall: the whole `atgrpo-train` process.
 Equal wall time: T is the mean RL minutes of the fastest arm that trains (arms with no RL step, the
@@ -20,7 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from atgrpo.bench.learning_stats import SEPARATION_Z, Summary, mean_sd, paired, pct, summarize, value_at, verdict
+from atgrpo.bench.learning_stats import (
+    LATE_EVALS, SEPARATION_Z, Summary, late_mean, mean_sd, paired, pct, summarize, value_at, verdict,
+)
 
 
 class RunLike(Protocol):
@@ -64,8 +67,9 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
     lines = [
         f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds",
         "",
-        "| arm | seeds | final | min | max | per seed | gain | min | max | per seed | steps | RL min | wall min |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| arm | seeds | final | min | max | per seed | gain | min | max | per seed | steps | RL min | wall min "
+        f"| late (last {LATE_EVALS} evals) | per seed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     if overrides:
         lines[2:2] = ["A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
@@ -76,16 +80,19 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         wall = summarize([runs[s].wall_s / 60 for s in seeds])
         rl = summarize([_rl_minutes(runs[s]) for s in seeds])
         steps = summarize([float(runs[s].steps) for s in seeds])
+        lates = {s: late_mean(runs[s].curve) for s in seeds}
+        late = summarize([lates[s] for s in seeds])
         arms[arm] = {
             "seeds": seeds, "final": _stats_json(final), "gain": _stats_json(gain), "wall_min": _stats_json(wall),
-            "rl_min": _stats_json(rl), "steps": _stats_json(steps),
+            "rl_min": _stats_json(rl), "steps": _stats_json(steps), "late": _stats_json(late),
             "per_seed": {s: {"start": runs[s].start, "final": runs[s].end, "gain": runs[s].gain, "steps": runs[s].steps,
-                             "wall_s": runs[s].wall_s} for s in seeds},
+                             "wall_s": runs[s].wall_s, "late": lates[s]} for s in seeds},
         }
         lines.append(
             f"| {arm} | {len(seeds)} | {mean_sd(final)} | {pct(final.min)} | {pct(final.max)} | "
             f"{', '.join(pct(runs[s].end) for s in seeds)} | {mean_sd(gain)} | {pct(gain.min)} | {pct(gain.max)} | "
-            f"{', '.join(pct(runs[s].gain) for s in seeds)} | {steps.mean:.0f} | {rl.mean:.1f} | {wall.mean:.1f} |"
+            f"{', '.join(pct(runs[s].gain) for s in seeds)} | {steps.mean:.0f} | {rl.mean:.1f} | {wall.mean:.1f} | "
+            f"{mean_sd(late)} | {', '.join(pct(lates[s]) for s in seeds)} |"
         )
     comparisons: dict[str, dict] = {}
     if reference in results and len(results) > 1:
@@ -94,8 +101,8 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
             f"Paired differences, arm minus `{reference}` on the same seeds (points); arms separate when "
             f"|mean| > {SEPARATION_Z:g} sd/√n (n ≥ 2):",
             "",
-            "| arm | seeds | final: mean ± sd | verdict | gain: mean ± sd | verdict |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| arm | seeds | final: mean ± sd | verdict | gain: mean ± sd | verdict | late: mean ± sd | verdict |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         ref = results[reference]
         for arm, runs in results.items():
@@ -103,16 +110,17 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
                 continue
             pf = paired({s: r.end for s, r in runs.items()}, {s: r.end for s, r in ref.items()})
             pg = paired({s: r.gain for s, r in runs.items()}, {s: r.gain for s, r in ref.items()})
+            pl = paired({s: late_mean(r.curve) for s, r in runs.items()}, {s: late_mean(r.curve) for s, r in ref.items()})
             comparisons[arm] = {
                 name: None if p is None else {"seeds": list(p.seeds), "diffs": list(p.diffs), "mean": p.mean, "sd": p.sd,
                                               "separated": p.separated, "verdict": verdict(p)}
-                for name, p in (("final", pf), ("gain", pg))
+                for name, p in (("final", pf), ("gain", pg), ("late", pl))
             }
-            if pf is None or pg is None:
-                lines.append(f"| {arm} | 0 | n/a | no common seeds | n/a | no common seeds |")
+            if pf is None or pg is None or pl is None:
+                lines.append(f"| {arm} | 0 | n/a | no common seeds | n/a | no common seeds | n/a | no common seeds |")
                 continue
             lines.append(f"| {arm} | {len(pf.seeds)} | {pct(pf.mean)} ± {pct(pf.sd)} | {verdict(pf)} | "
-                         f"{pct(pg.mean)} ± {pct(pg.sd)} | {verdict(pg)} |")
+                         f"{pct(pg.mean)} ± {pct(pg.sd)} | {verdict(pg)} | {pct(pl.mean)} ± {pct(pl.sd)} | {verdict(pl)} |")
     fastest, t, at = equal_wall_time(results)
     if fastest is not None and len(results) > 1:
         lines += ["", f"Equal wall time: success (%) each arm had reached at {t:.1f} min of RL, the mean of the fastest "

@@ -79,6 +79,21 @@ def value_at(curve: Sequence[tuple[int, float, float]], minutes: float) -> float
     return reached[-1] if reached else curve[0][2]
 
 
+LATE_EVALS = 3
+"""Evaluations that `late_mean` averages: one greedy evaluation of a small model swings by 10-20
+points between neighbouring checkpoints, far more than its ~3-point binomial error, so the mean of
+the last few is a steadier end point than the last one alone."""
+
+
+def late_mean(curve: Sequence[tuple[int, float, float]], n: int = LATE_EVALS) -> float:
+    """Mean held-out success over a run's last `n` evaluations after the start one (fewer if it had
+    fewer; the start evaluation alone for a run with no RL step). `curve` is (step, minutes, success)."""
+    if not curve:
+        return math.nan
+    later = [ok for _, _, ok in curve[1:]][-n:] or [curve[0][2]]
+    return math.fsum(later) / len(later)
+
+
 def pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
 
@@ -96,4 +111,7 @@ def verdict(p: Paired | None) -> str:
     return "separate" if p.separated else "do not separate"
 
 
-__all__ = ["SEPARATION_Z", "Paired", "Summary", "mean_sd", "paired", "pct", "summarize", "value_at", "verdict"]
+__all__ = [
+    "LATE_EVALS", "SEPARATION_Z", "Paired", "Summary", "late_mean", "mean_sd", "paired", "pct", "summarize", "value_at",
+    "verdict",
+]
