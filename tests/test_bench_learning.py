@@ -215,6 +215,8 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
             assert ev["steps"] == (0 if name == "mas_prompt" else 1)
             finals.append(ev["eval_end"])
             assert summary["arms"][name]["per_seed"][str(seed)]["final"] == ev["eval_end"]
+            # One evaluation after the start at one step (none for prompt-only): late is the final one.
+            assert summary["arms"][name]["per_seed"][str(seed)]["late"] == pytest.approx(ev["eval_end"], rel=REL)
         want = summarize(finals)
         assert summary["arms"][name]["final"]["mean"] == pytest.approx(want.mean, rel=REL, abs=1e-15)
         assert summary["arms"][name]["final"]["sd"] == pytest.approx(want.sd, rel=REL, abs=1e-15)
