@@ -5,7 +5,8 @@ and `summary.json` (numbers from `learning_stats.py`, runs read by `learning.py`
 Quantities (fractions in the JSON, points in the table):
 - final: held-out greedy success at the end of the run (`eval.json` `eval_end`);
 - gain: final minus the start evaluation, the warm-started model's (`eval_end - eval_start`);
-- late: the mean of the last `LATE_EVALS` evaluations (`late_mean`), a steadier end point than final;
+- late: the mean of the last `LATE_EVALS` evaluations after the start one (`late_mean`), a steadier
+  end point than final;
 - RL minutes: from the start evaluation to the last one (evaluations included, warm start not);
 - wall: the whole `atgrpo-train` process.
 Equal wall time: T is the mean RL minutes of the fastest arm that trains (arms with no RL step, the
@@ -64,6 +65,7 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
     `overrides`: a variant's settings (`--steps`, `--set`), said under the title so that its table
     cannot pass for the suite's own."""
     arms: dict[str, dict] = {}
+    lates = {arm: {s: late_mean(r.curve) for s, r in runs.items()} for arm, runs in results.items()}
     lines = [
         f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds",
         "",
@@ -80,19 +82,18 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         wall = summarize([runs[s].wall_s / 60 for s in seeds])
         rl = summarize([_rl_minutes(runs[s]) for s in seeds])
         steps = summarize([float(runs[s].steps) for s in seeds])
-        lates = {s: late_mean(runs[s].curve) for s in seeds}
-        late = summarize([lates[s] for s in seeds])
+        late = summarize([lates[arm][s] for s in seeds])
         arms[arm] = {
             "seeds": seeds, "final": _stats_json(final), "gain": _stats_json(gain), "wall_min": _stats_json(wall),
             "rl_min": _stats_json(rl), "steps": _stats_json(steps), "late": _stats_json(late),
             "per_seed": {s: {"start": runs[s].start, "final": runs[s].end, "gain": runs[s].gain, "steps": runs[s].steps,
-                             "wall_s": runs[s].wall_s, "late": lates[s]} for s in seeds},
+                             "wall_s": runs[s].wall_s, "late": lates[arm][s]} for s in seeds},
         }
         lines.append(
             f"| {arm} | {len(seeds)} | {mean_sd(final)} | {pct(final.min)} | {pct(final.max)} | "
             f"{', '.join(pct(runs[s].end) for s in seeds)} | {mean_sd(gain)} | {pct(gain.min)} | {pct(gain.max)} | "
             f"{', '.join(pct(runs[s].gain) for s in seeds)} | {steps.mean:.0f} | {rl.mean:.1f} | {wall.mean:.1f} | "
-            f"{mean_sd(late)} | {', '.join(pct(lates[s]) for s in seeds)} |"
+            f"{mean_sd(late)} | {', '.join(pct(lates[arm][s]) for s in seeds)} |"
         )
     comparisons: dict[str, dict] = {}
     if reference in results and len(results) > 1:
@@ -110,7 +111,7 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
                 continue
             pf = paired({s: r.end for s, r in runs.items()}, {s: r.end for s, r in ref.items()})
             pg = paired({s: r.gain for s, r in runs.items()}, {s: r.gain for s, r in ref.items()})
-            pl = paired({s: late_mean(r.curve) for s, r in runs.items()}, {s: late_mean(r.curve) for s, r in ref.items()})
+            pl = paired(lates[arm], lates[reference])
             comparisons[arm] = {
                 name: None if p is None else {"seeds": list(p.seeds), "diffs": list(p.diffs), "mean": p.mean, "sd": p.sd,
                                               "separated": p.separated, "verdict": verdict(p)}
