@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,14 @@ def test_a_resumed_runs_curve_counts_each_step_once_and_not_the_stop() -> None:
             tr(3, 3900.0, 120.0), ev(3, 3930.0, 0.4, 30.0)]
     assert learning.held_out_curve(rows) == [(0, 0.0, 0.1), (2, 2.5, 0.2), (3, 5.0, 0.4)]
     assert learning.held_out_curve([ev(0, 5.0, 0.3, 9.0)]) == [(0, 0.0, 0.3)]  # prompt-only: the start alone
+
+
+def test_runs_compute_on_the_pinned_instruction_set_unless_the_caller_picks_one() -> None:
+    env = learning.run_env({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
+    assert env == {"PATH": "/bin", **learning.CPU_ISA_PIN}  # threads are the run's own choice
+    env = learning.run_env({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
+    assert env["ATEN_CPU_CAPABILITY"] == "avx512" and env["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE"
+    assert env["MKL_ENABLE_INSTRUCTIONS"] == learning.CPU_ISA_PIN["MKL_ENABLE_INSTRUCTIONS"]
 
 
 def _run(start: float, end: float, steps: int, minutes: float) -> learning.RunResult:
@@ -214,6 +223,9 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
             ev = json.loads((learning.run_dir(out, s, arm, seed, 1, extra) / "eval.json").read_text())
             assert ev["steps"] == (0 if name == "mas_prompt" else 1)
             finals.append(ev["eval_end"])
+            wall = json.loads((learning.run_dir(out, s, arm, seed, 1, extra) / "wall.json").read_text())
+            # The kernels the run computed with: the pin, or what this environment chose.
+            assert wall["cpu_isa"] == {k: os.environ.get(k, v) for k, v in learning.CPU_ISA_PIN.items()}
             assert summary["arms"][name]["per_seed"][str(seed)]["final"] == ev["eval_end"]
             # One evaluation after the start at one step (none for prompt-only): late is the final one.
             assert summary["arms"][name]["per_seed"][str(seed)]["late"] == pytest.approx(ev["eval_end"], rel=REL)

@@ -173,6 +173,14 @@ def test_resume_refuses_a_config_that_changes_what_is_learned(tmp_path: Path) ->
     assert load_config(out / "config.toml").rollout.k == 8
 
 
+def test_under_a_decaying_lr_the_step_budget_is_what_is_learned(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    sets = [f'run.out_dir="{out}"', 'policies.shared.lr_schedule="linear"']
+    first = load_config(None, [*sets, "run.steps=2"])
+    assert config_changes(first, load_config(None, [*sets, "run.steps=4"])) == ["run.steps"]  # the decay's horizon
+    assert config_changes(first, load_config(None, [*sets, "run.steps=2", "run.eval_every=1"])) == []
+
+
 def _mount_tmpfs(where: Path, size_bytes: int) -> bool:
     import subprocess
 

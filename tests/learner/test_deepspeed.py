@@ -137,6 +137,24 @@ def test_world_of_one_matches_torch_backend(world_of_one, model_dir, steps, grad
     assert norms[0] < grad_clip < norms[1]  # step 2 clipped, step 1 not
 
 
+@pytest.mark.parametrize("stage", STAGES)
+def test_the_lr_set_before_a_step_is_the_one_zero_applies(world_of_one, model_dir, steps, grad_clip, stage):
+    """`set_lr` reaches the groups the update reads under every stage: the weights follow the torch
+    backend's under the same lr schedule, and differ from a run left at the constructor's lr."""
+    ref, ds = torch_backend(model_dir, grad_clip), ds_backend(model_dir, stage, grad_clip)
+    for lr, mbs in zip((LR * 0.5, LR * 0.25), steps[:2]):
+        ref.set_lr(lr)
+        ds.set_lr(lr)
+        ref.train_step(mbs, total_tokens(mbs))
+        ds.train_step(mbs, total_tokens(mbs))
+        assert_weights_close(ds.export_weights(), snapshot(ref))
+    constant = torch_backend(model_dir, grad_clip)
+    for mbs in steps[:2]:
+        constant.train_step(mbs, total_tokens(mbs))
+    moved = snapshot(constant)
+    assert any(not torch.allclose(moved[k], v, atol=ATOL, rtol=RTOL) for k, v in ds.export_weights().items())
+
+
 def test_kl_and_entropy_terms_match_under_zero3(world_of_one, model_dir, steps, grad_clip):
     """The KL reference stays a whole frozen replica beside the partitioned policy."""
     cfg = dataclasses.replace(LOSS, kl_coef=0.1, entropy_coef=0.01)

@@ -185,10 +185,19 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_changes(old: RunConfig, new: RunConfig) -> list[str]:
-    """Keys whose values differ between two configs, less the ones a resume may change."""
+    """Keys whose values differ between two configs, less the ones a resume may change. `run.steps`
+    is not one of those under a decaying lr schedule: it is the decay's horizon, so it sets every
+    update's lr (`learner.lr_schedule`)."""
     a, b = _flatten(old.model_dump()), _flatten(new.model_dump())
     changed = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-    return [k for k in changed if not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]
+    decays = any(pc.lr_schedule != "constant" for cfg in (old, new) for pc in cfg.policies.values())
+
+    def resumable(key: str) -> bool:
+        if key == "run.steps" and decays:
+            return False
+        return any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESUMABLE_CHANGES)
+
+    return [k for k in changed if not resumable(k)]
 
 
 def check_and_write_config(cfg: RunConfig, out: Path, resuming: bool) -> None:

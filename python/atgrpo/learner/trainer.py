@@ -23,6 +23,7 @@ import torch.distributed as dist
 from atgrpo.config import RunConfig
 from atgrpo.devices import resolve_device
 from atgrpo.learner.backends import LearnerBackend, make_backend
+from atgrpo.learner.lr_schedule import lr_at
 from atgrpo.errors import CheckpointWriteError
 from atgrpo.learner.checkpoints import (
     RunState, export_model_folder, latest_checkpoint, mark_incomplete, mark_latest, read_state, step_folder, write_state,
@@ -92,11 +93,15 @@ class Trainer:
                 for st in steps:
                     be.accumulate(st.micro_batches)
                 continue
+            pc = self.cfg.policies[p]
+            lr = lr_at(pc.lr_schedule, pc.lr, pc.lr_min, pc.lr_warmup_steps, self.versions[p], self.cfg.run.steps)
+            be.set_lr(lr)
             metrics: dict[str, float] = {}
             for st in steps:
                 metrics = be.train_step(st.micro_batches, st.total_tokens)
             self.versions[p] += 1
             out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
+            out[f"learner/{p}/lr"] = lr
             out[f"learner/{p}/version"] = float(self.versions[p])
         self._busy_s += time.perf_counter() - t0
         if plan.final and self.device.type == "cuda" and self.cfg.rollout.vllm_sleep_when_idle:

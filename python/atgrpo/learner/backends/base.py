@@ -61,6 +61,15 @@ class LearnerBackend(abc.ABC):
         """Scale the accumulated gradient by 1 / `total_tokens`, clip it and take one optimizer
         update; returns the step's metrics (see the module docstring) and starts the next step."""
 
+    lr_optimizer: torch.optim.Optimizer
+    """The torch optimizer whose param groups' `lr` the next update uses (under DeepSpeed, the client
+    optimizer ZeRO wraps: its groups stay the ones stepped, whatever the wrapper)."""
+
+    def set_lr(self, lr: float) -> None:
+        """The lr of the next optimizer updates (the trainer's schedule, `learner.lr_schedule`)."""
+        for group in self.lr_optimizer.param_groups:
+            group["lr"] = lr
+
     def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
         """One whole optimizer step over `micro_batches` (the batch path)."""
         self.accumulate(micro_batches)

@@ -241,6 +241,7 @@ class DeepSpeedBackend(LearnerBackend):
             adapter.activate()
             module = AdapterModule(adapter)
         optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay)
+        self.lr_optimizer = optimizer
         self._grad_norm: float | None = None
         self._scale = 1.0
         self._scaled: set[int] = set()

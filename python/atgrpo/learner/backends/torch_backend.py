@@ -47,6 +47,7 @@ class TorchBackend(LearnerBackend):
         self.adapter = adapter
         self.params = adapter.parameters() if adapter is not None else list(self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+        self.lr_optimizer = self.optimizer
         self.grad_clip = grad_clip
         self.loss_cfg = loss_cfg
         self.ref_model = kl_reference(self.model, adapter, self.compute_dtype) if loss_cfg.kl_coef else None
