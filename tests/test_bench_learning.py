@@ -220,10 +220,11 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
         arm = next(a for a in s.arms if a.name == name)
         finals = []
         for seed in seeds:
-            ev = json.loads((learning.run_dir(out, s, arm, seed, 1, extra) / "eval.json").read_text())
+            folder = learning.run_dir(out, s, arm, seed, 1, extra)
+            ev = json.loads((folder / "eval.json").read_text())
             assert ev["steps"] == (0 if name == "mas_prompt" else 1)
             finals.append(ev["eval_end"])
-            wall = json.loads((learning.run_dir(out, s, arm, seed, 1, extra) / "wall.json").read_text())
+            wall = json.loads((folder / "wall.json").read_text())
             # The kernels the run computed with: the pin, or what this environment chose.
             assert wall["cpu_isa"] == {k: os.environ.get(k, v) for k, v in learning.CPU_ISA_PIN.items()}
             assert summary["arms"][name]["per_seed"][str(seed)]["final"] == ev["eval_end"]

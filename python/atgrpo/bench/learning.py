@@ -35,8 +35,8 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from atgrpo.bench.learning_plot import Curve, plot_suite

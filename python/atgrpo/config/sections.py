@@ -110,6 +110,10 @@ class LoraSection(Section):
         return value
 
 
+LrSchedule = Literal["constant", "linear", "cosine"]
+"""The shapes of a policy's lr over a run (`atgrpo.learner.lr_schedule`)."""
+
+
 class PolicySection(Section):
     path: str | None = None
     """Local HF-format model folder (`~` expanded, `@smollm2` the cached SmolLM2); None: build the
@@ -118,25 +122,25 @@ class PolicySection(Section):
     """Size of the built-in model (used only when `path` is None)."""
     lr: float = Field(default=1e-4, gt=0.0)
     """Adam learning rate of the RL updates (the peak, under a schedule)."""
-    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    lr_schedule: LrSchedule = "constant"
     """How the lr moves over the run (`atgrpo.learner.lr_schedule`): constant, or a decay from `lr`
     to `lr_min` over `run.steps` updates (linear, or half a cosine), after the warm-up."""
     lr_min: float = Field(default=0.0, ge=0.0)
     """Where a decaying schedule ends, at update `run.steps`."""
     lr_warmup_steps: int = Field(default=0, ge=0)
     """Updates over which the lr rises linearly to `lr` first (0: none)."""
-
-    @model_validator(mode="after")
-    def _lr_floor(self) -> PolicySection:
-        if self.lr_min > self.lr:
-            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr}): a schedule decays from lr to lr_min")
-        return self
     weight_decay: float = Field(default=0.01, ge=0.0)
     """AdamW decoupled weight decay."""
     lora: LoraSection | None = None
     """A LoRA adapter on the frozen model instead of full fine-tuning. LoRA policies on the same base
     (equal `path`, or the same built `tiny` model) share one frozen copy of it in the learner and
     one engine in each actor; None: every weight is trained and published."""
+
+    @model_validator(mode="after")
+    def _lr_floor(self) -> PolicySection:
+        if self.lr_min > self.lr:
+            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr}): a schedule decays from lr to lr_min")
+        return self
 
 
 class RolloutSection(Section):

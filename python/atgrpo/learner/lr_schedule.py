@@ -16,8 +16,11 @@ takes exactly the lr a straight one would (the version is in every checkpoint).
 from __future__ import annotations
 
 import math
+from typing import get_args
 
-SCHEDULES = ("constant", "linear", "cosine")
+from atgrpo.config.sections import LrSchedule
+
+SCHEDULES = get_args(LrSchedule)
 
 
 def lr_at(schedule: str, peak: float, floor: float, warmup: int, version: int, total: int) -> float:

@@ -22,14 +22,14 @@ import torch.distributed as dist
 
 from atgrpo.config import RunConfig
 from atgrpo.devices import resolve_device
-from atgrpo.learner.backends import LearnerBackend, make_backend
-from atgrpo.learner.lr_schedule import lr_at
 from atgrpo.errors import CheckpointWriteError
+from atgrpo.learner.backends import LearnerBackend, make_backend
 from atgrpo.learner.checkpoints import (
     RunState, export_model_folder, latest_checkpoint, mark_incomplete, mark_latest, read_state, step_folder, write_state,
 )
 from atgrpo.learner.retention import prune_checkpoints
 from atgrpo.learner.lora import base_state, load_shared_bases
+from atgrpo.learner.lr_schedule import lr_at
 from atgrpo.models.adapters import merge_adapter, scaling, write_adapter
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.packing import OptimizerStep, RankPlan
