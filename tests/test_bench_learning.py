@@ -285,13 +285,41 @@ def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monk
     suite = learning.SUITES["alpha"]
     with pytest.raises(LearningSuiteError, match="no finished run"):
         learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
-    arm = next(a for a in suite.arms if a.name == "alpha0")
-    folder = learning.run_dir(tmp_path, suite, arm, 1)
-    folder.mkdir(parents=True)
-    (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
-    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
-                                          '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n')
+    fake_finished_run(tmp_path, suite, "alpha0", 1)
     summary = learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
     assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(0.25)
     assert summary["missing"] == ["alpha0 seed 0", "alpha0_5 seed 0", "alpha0_5 seed 1", "alpha1 seed 0", "alpha1 seed 1"]
     assert "Not run yet (5): alpha0 seed 0," in summary["table"]
+
+
+def fake_finished_run(out: Path, suite: learning.Suite, name: str, seed: int, made_with: tuple[str, ...] = ()) -> Path:
+    """A finished run's files as `atgrpo-train` leaves them: eval.json, metrics.jsonl, and the resolved
+    config of the arm's command (with `made_with` overrides on top, as if the command had changed since)."""
+    arm = next(a for a in suite.arms if a.name == name)
+    folder = learning.run_dir(out, suite, arm, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
+    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
+                                          '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n')
+    sets = [*learning.run_sets(suite, arm, seed, folder.resolve(), None, []), *made_with]
+    (folder / "config.toml").write_text(load_config(None, sets).to_toml())
+    return folder
+
+
+def test_a_run_its_command_no_longer_makes_is_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run folders are named by the command, so a changed default or arm would otherwise be tabled
+    from runs made before the change."""
+    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    suite = learning.SUITES["alpha"]
+
+    def read_back() -> dict:
+        return learning.run_suite(suite, out=tmp_path, seeds=(1,), only=("alpha0",))
+
+    folder = fake_finished_run(tmp_path, suite, "alpha0", 1, made_with=("run.eval_every=7", "launch.actors=1"))
+    assert read_back()["arms"]["alpha0"]["per_seed"][1]["final"] == 0.45  # how it ran, not what it learned
+    fake_finished_run(tmp_path, suite, "alpha0", 1, made_with=("rollout.k=3", "policies.shared.lr=5e-5"))
+    with pytest.raises(LearningSuiteError, match=r"policies\.shared\.lr, rollout\.k differ .*move the folder away"):
+        read_back()
+    (folder / "config.toml").unlink()
+    with pytest.raises(LearningSuiteError, match="no config.toml"):
+        read_back()

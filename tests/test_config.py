@@ -12,7 +12,9 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 import atgrpo
-from atgrpo.config import TASK_ENV, TASK_ROLES, RunConfig, dump_config, load_config
+from atgrpo.config import (
+    PREDATED_POLICY_KEYS, RESOLVED_HEADER, TASK_ENV, TASK_ROLES, PolicySection, RunConfig, dump_config, load_config,
+)
 from atgrpo.config.toml_io import to_toml
 from atgrpo.errors import InvalidConfigError
 
@@ -38,6 +40,20 @@ def test_defaults_of_every_task_round_trip(task: str, tmp_path: Path):
 
 def test_demo_file_is_the_default():
     assert load_config(ROOT / "envs/planpath/train.toml") == RunConfig()
+
+
+def test_a_resolved_config_older_than_a_key_reads_back_as_it_ran(tmp_path: Path):
+    """config.toml written before `lr_schedule` existed: those runs ran a constant lr, whatever
+    today's default is; a user's own file (no resolved header) takes today's default."""
+    cfg = load_config(None, ["role_policy={plan='a', tool='b'}", "policies.a.lr=1e-4", "policies.b.lr=2e-4"])
+    old = "\n".join(line for line in cfg.to_toml().splitlines() if not line.startswith("lr_schedule"))
+    assert "lr_schedule" not in old and old.startswith(f"# {RESOLVED_HEADER}")
+    (tmp_path / "old.toml").write_text(old)
+    back = load_config(tmp_path / "old.toml")
+    assert {p.lr_schedule for p in back.policies.values()} == {PREDATED_POLICY_KEYS["lr_schedule"]} == {"constant"}
+    assert load_config(tmp_path / "old.toml", ["policies.a.lr_schedule=cosine"]).policies["a"].lr_schedule == "cosine"
+    (tmp_path / "mine.toml").write_text(old.split("\n", 1)[1])  # the same keys, not written by atgrpo
+    assert {p.lr_schedule for p in load_config(tmp_path / "mine.toml").policies.values()} == {PolicySection().lr_schedule}
 
 
 def test_shipped_configs_exist():

@@ -11,8 +11,10 @@ Invariants:
   overrides), in its own out_dir `<out>/<suite>/<arm>/seed<s>/`; one run at a time (2 cores).
   Arms that are the same run in several suites (the default, trajectory GRPO) share one out_dir,
   `<out>/shared/<key>-<digest of the command>/seed<s>/`, and are run once.
-- A run whose `eval.json` exists is read back, never rerun (resume). A run cut off before its end
-  has no `eval.json` and is run again: `atgrpo-train` itself resumes it from its last checkpoint.
+- A run whose `eval.json` exists is read back, never rerun (resume), if its resolved config is still
+  the one its command makes (`check_same_run`); else the suite stops and says which keys differ.
+  A run cut off before its end has no `eval.json` and is run again: `atgrpo-train` itself resumes
+  it from its last checkpoint.
 - The seed changes `run.seed` and, for the built tiny model, `policies.shared.tiny.seed` too.
 - Step-budget suites give every arm the same `run.steps` and no time limit; wall time is reported
   beside. `staleness` is a time-budget suite (same minutes of RL, steps as many as fit).
@@ -41,6 +43,7 @@ from pathlib import Path
 
 from atgrpo.bench.learning_plot import Curve, plot_suite
 from atgrpo.bench.learning_report import report
+from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 
 ROOT = Path("bench-results") / "learning"
@@ -242,6 +245,26 @@ def run_env(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int | None, extra: list[str]) -> None:
+    """Refuse to read back a finished run that its command would no longer make: its folder is named
+    by the command, not by the config the command resolves to, so a default changed since (or an
+    arm's config file edited) would otherwise table an old run as today's. Same run = the changes a
+    resume accepts (`config_changes`), less the folder's own path."""
+    from atgrpo.learner.checkpoints import config_changes  # torch: only when a run is read back
+
+    made = folder / "config.toml"
+    if not made.is_file():
+        raise LearningSuiteError(f"{folder} has eval.json but no config.toml: which config made it is unknown")
+    config = str(CONFIGS / arm.config) if arm.config is not None else None
+    today = load_config(config, run_sets(suite, arm, seed, folder.resolve(), steps, extra))
+    changed = [k for k in config_changes(load_config(made), today) if k != "run.out_dir"]
+    if changed:
+        raise LearningSuiteError(
+            f"{folder} holds a run made with another config than `{arm.name}` makes today ({', '.join(changed)} "
+            f"differ from {made}): atgrpo's defaults or the arm changed since; move the folder away to run it again"
+        )
+
+
 def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = run_env(os.environ)
@@ -277,6 +300,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
                 print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
                 run_one(cmd, folder, timeout_s)
             else:
+                check_same_run(folder, suite, arm, seed, steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
             results.setdefault(arm.name, {})[seed] = read_run(folder)
     if not results:

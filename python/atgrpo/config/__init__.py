@@ -13,6 +13,7 @@ resolved config, which `load_config` reads back to an equal `RunConfig`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -32,7 +33,7 @@ from atgrpo.config.sections import (
 from atgrpo.config.lora import check_lora
 from atgrpo.config.task import GAME_TASKS, JUDGE, TASK_ROLES, TEAM_TASKS, Agent, TaskSection
 from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
-from atgrpo.config.toml_io import read_toml_data, to_toml
+from atgrpo.config.toml_io import apply_overrides, read_toml_file, to_toml
 
 
 class RunConfig(Section):
@@ -99,19 +100,44 @@ class RunConfig(Section):
         return dump_config(self)
 
 
+RESOLVED_HEADER = "atgrpo run config, fully resolved"
+"""The first line (as a comment) of a config `dump_config` wrote: every key of its day is in it."""
+
+PREDATED_POLICY_KEYS = {"lr_schedule": "constant"}
+"""Policy keys whose default changed after runs had been written without them, and the value those
+runs had in effect. A resolved config lacking one predates the key: it gets that value, not today's
+default, so resuming (or reading back) an older run never changes what it learned with."""
+
+
 def dump_config(cfg: RunConfig) -> str:
     """`cfg` fully resolved (defaults, default roles and role mapping written out) as a TOML document."""
-    return to_toml(cfg.model_dump(mode="python"), header="atgrpo run config, fully resolved")
+    return to_toml(cfg.model_dump(mode="python"), header=RESOLVED_HEADER)
+
+
+def _fill_predated_keys(data: dict[str, Any]) -> None:
+    for policy in (data.get("policies") or {}).values():
+        if isinstance(policy, dict):
+            for key, value in PREDATED_POLICY_KEYS.items():
+                policy.setdefault(key, value)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a TOML file (or the defaults) and apply `section.key=value` overrides (values in TOML syntax)."""
-    return RunConfig.model_validate(read_toml_data(path, overrides))
+    """Read a TOML file (or the defaults) and apply `section.key=value` overrides (values in TOML syntax).
+    A resolved config (`RESOLVED_HEADER`) written before a key of `PREDATED_POLICY_KEYS` existed
+    reads back with the value it ran with."""
+    data = read_toml_file(path)
+    if path is not None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if f.readline().strip() == f"# {RESOLVED_HEADER}":
+                _fill_predated_keys(data)
+    return RunConfig.model_validate(apply_overrides(data, overrides))
 
 
 __all__ = [
     "GAME_TASKS",
     "JUDGE",
+    "PREDATED_POLICY_KEYS",
+    "RESOLVED_HEADER",
     "TEAM_TASKS",
     "Agent",
     "TASK_ENV",

@@ -1,7 +1,7 @@
 """TOML in and out for run configs, with no dependency beyond the standard library.
 
-`read_toml_data` reads a file and applies `section.key=value` overrides (values in TOML syntax, a bare
-word is a string). `to_toml` writes the value types a config holds (str, int, float, bool, lists of
+`read_toml_file` reads a file; `apply_overrides` applies `section.key=value` overrides to its table
+(values in TOML syntax, a bare word is a string). `to_toml` writes the value types a config holds (str, int, float, bool, lists of
 those, nested tables); None values are left out, which `load_config` reads back as their default.
 """
 
@@ -17,12 +17,16 @@ from typing import Any
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def read_toml_data(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """The raw table of a TOML file (empty for None) with the overrides applied, in order."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+def read_toml_file(path: str | Path | None = None) -> dict[str, Any]:
+    """The raw table of a TOML file (empty for None)."""
+    if path is None:
+        return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
+    """`data` with the overrides applied in order (in place; returned for chaining)."""
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
