@@ -154,16 +154,17 @@ def test_checkpoints_of_older_formats_still_load(tmp_path: Path) -> None:
 
 def test_resume_refuses_a_config_that_changes_what_is_learned(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    first = load_config(None, [f'run.out_dir="{out}"', "run.steps=2"])
+    constant = 'policies.shared.lr_schedule="constant"'  # run.steps sets no lr: a resume may change it
+    first = load_config(None, [f'run.out_dir="{out}"', "run.steps=2", constant])
     check_and_write_config(first, out, resuming=False)
     assert load_config(out / "config.toml") == first
 
     longer = load_config(None, [f'run.out_dir="{out}"', "run.steps=4", "launch.actors=3", "run.time_limit_s=0",
-                                "run.keep_checkpoints=0", "run.keep_checkpoint_steps=[20, 40]"])
+                                "run.keep_checkpoints=0", "run.keep_checkpoint_steps=[20, 40]", constant])
     assert config_changes(first, longer) == []
     check_and_write_config(longer, out, resuming=True)  # schedule and plumbing may change
 
-    changed = load_config(None, [f'run.out_dir="{out}"', "run.steps=4", "rollout.k=8", "train.clip_eps=0.3"])
+    changed = load_config(None, [f'run.out_dir="{out}"', "run.steps=4", "rollout.k=8", "train.clip_eps=0.3", constant])
     with pytest.raises(ConfigChangedError, match=r"rollout\.k.*train\.clip_eps|train\.clip_eps.*rollout\.k"):
         check_and_write_config(changed, out, resuming=True)
     assert load_config(out / "config.toml") == longer  # the refused config was not written

@@ -46,6 +46,10 @@ def tiny_sets(out_dir: Path, *, policies: tuple[str, ...] = ("shared",), **extra
     }
     if policies == ("shared",):
         sets.update({f"policies.shared.tiny.{k}": v for k, v in TINY_MODEL.items()})
+        # A constant lr: these runs are compared with runs of another length (2 steps resumed to 4)
+        # and with hand-made steps at `lr`; the schedule has its own tests (learner/test_lr_schedule.py).
+        sets["policies.shared.lr_schedule"] = '"constant"'
+
     sets.update({k.replace("__", "."): v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in sets.items()]
 
