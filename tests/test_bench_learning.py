@@ -163,6 +163,14 @@ def test_the_ordering_arms_are_the_papers() -> None:
     assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
 
 
+def test_the_time_budget_suite_keeps_a_constant_lr() -> None:
+    """A decay follows run.steps, which a time-budget run never reaches: its lr would hardly move."""
+    suite = learning.SUITES["staleness"]
+    for arm in suite.arms:
+        cfg = load_config(None, learning.run_sets(suite, arm, 0, Path("/x"), None, []))
+        assert cfg.run.time_limit_s > 0 and cfg.policies["shared"].lr_schedule == "constant"
+
+
 def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert learning.main(["ordering", "--only", "nope", "--out", str(tmp_path)]) == 1
     assert "no arm ['nope'] in suite 'ordering'" in capsys.readouterr().err

@@ -108,7 +108,9 @@ SUITES = {s.name: s for s in (
         Arm("k0", ("train.max_staleness=0",), doc="strict on-policy streaming"),
         Arm("k1", ("train.max_staleness=1",), doc="pipelined, samples up to one version old"),
     ), reference="k0", seeds=(0,), steps=None, doc="k=1 against k=0 at equal wall time (10 minutes of RL each)",
-        sets=("run.steps=100000", "run.time_limit_s=600", "run.checkpoint_every=0")),
+        # A time budget has no step horizon for the default's lr decay: the constant lr its table was made with.
+        sets=("run.steps=100000", "run.time_limit_s=600", "run.checkpoint_every=0", "policies.shared.lr=1e-4",
+              'policies.shared.lr_schedule="constant"')),
 )}
 
 
