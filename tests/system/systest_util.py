@@ -49,7 +49,6 @@ def tiny_sets(out_dir: Path, *, policies: tuple[str, ...] = ("shared",), **extra
         # A constant lr: these runs are compared with runs of another length (2 steps resumed to 4)
         # and with hand-made steps at `lr`; the schedule has its own tests (learner/test_lr_schedule.py).
         sets["policies.shared.lr_schedule"] = '"constant"'
-
     sets.update({k.replace("__", "."): v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in sets.items()]
 

@@ -125,11 +125,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Read a TOML file (or the defaults) and apply `section.key=value` overrides (values in TOML syntax).
     A resolved config (`RESOLVED_HEADER`) written before a key of `PREDATED_POLICY_KEYS` existed
     reads back with the value it ran with."""
-    data = read_toml_file(path)
-    if path is not None:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if f.readline().strip() == f"# {RESOLVED_HEADER}":
-                _fill_predated_keys(data)
+    data, text = read_toml_file(path)
+    if text.partition("\n")[0].strip() == f"# {RESOLVED_HEADER}":
+        _fill_predated_keys(data)
     return RunConfig.model_validate(apply_overrides(data, overrides))
 
 

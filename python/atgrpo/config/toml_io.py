@@ -1,8 +1,9 @@
 """TOML in and out for run configs, with no dependency beyond the standard library.
 
-`read_toml_file` reads a file; `apply_overrides` applies `section.key=value` overrides to its table
-(values in TOML syntax, a bare word is a string). `to_toml` writes the value types a config holds (str, int, float, bool, lists of
-those, nested tables); None values are left out, which `load_config` reads back as their default.
+`read_toml_file` reads a file (its table and its text); `apply_overrides` applies `section.key=value`
+overrides to a table (values in TOML syntax, a bare word is a string). `to_toml` writes the value
+types a config holds (str, int, float, bool, lists of those, nested tables); None values are left
+out, which `load_config` reads back as their default.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def read_toml_file(path: str | Path | None = None) -> dict[str, Any]:
-    """The raw table of a TOML file (empty for None)."""
+def read_toml_file(path: str | Path | None = None) -> tuple[dict[str, Any], str]:
+    """The raw table of a TOML file and its text, read once (empty for None)."""
     if path is None:
-        return {}
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+        return {}, ""
+    text = Path(path).read_bytes().decode()  # UTF-8, strict: what tomllib.load itself decodes with
+    return tomllib.loads(text), text
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | None = None) -> dict[str, Any]:
