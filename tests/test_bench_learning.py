@@ -328,6 +328,10 @@ def test_a_run_its_command_no_longer_makes_is_not_read_back(tmp_path: Path, monk
     fake_finished_run(tmp_path, suite, "alpha0", 1, made_with=("rollout.k=3", "policies.shared.lr=5e-5"))
     with pytest.raises(LearningSuiteError, match=r"policies\.shared\.lr, rollout\.k differ .*move the folder away"):
         read_back()
+    for garbage in (b"run = [", b"\xff\xfe", b"[run]\nsteps = -3\n"):  # not TOML, not UTF-8, not a valid config
+        (folder / "config.toml").write_bytes(garbage)
+        with pytest.raises(LearningSuiteError, match="cannot be read as a run config"):
+            read_back()
     (folder / "config.toml").unlink()
     with pytest.raises(LearningSuiteError, match="no config.toml"):
         read_back()

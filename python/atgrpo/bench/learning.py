@@ -259,7 +259,11 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
         raise LearningSuiteError(f"{folder} has eval.json but no config.toml: which config made it is unknown")
     config = str(CONFIGS / arm.config) if arm.config is not None else None
     today = load_config(config, run_sets(suite, arm, seed, folder.resolve(), steps, extra))
-    changed = [k for k in config_changes(load_config(made), today) if k != "run.out_dir"]
+    try:
+        then = load_config(made)
+    except ValueError as exc:  # not TOML, not UTF-8, or not a valid config
+        raise LearningSuiteError(f"{made} cannot be read as a run config ({exc}); move {folder} away to run it again") from exc
+    changed = [k for k in config_changes(then, today) if k != "run.out_dir"]
     if changed:
         raise LearningSuiteError(
             f"{folder} holds a run made with another config than `{arm.name}` makes today ({', '.join(changed)} "
