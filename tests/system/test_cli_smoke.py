@@ -106,8 +106,9 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     out = tmp_path / "run"
     out.mkdir()
     steps = 500
-    launcher = processes.start(train_cmd(*set_args(tiny_sets(out, run__steps=steps, launch__actors=2))),
-                               tmp_path / "launcher.log")
+    # Every step is evaluated, so the step the run stops at always has its evaluation already.
+    sets = tiny_sets(out, run__steps=steps, run__eval_every=1, launch__actors=2)
+    launcher = processes.start(train_cmd(*set_args(sets)), tmp_path / "launcher.log")
     wait_for(lambda: (out / "metrics.jsonl").is_file() and train_rows(out / "metrics.jsonl"), 150,
              "the first training step", launcher)
     children = processes.remember_children(launcher)
@@ -143,5 +144,7 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     learner_log = (out / "logs/learner.log").read_text()
     assert f"stopping early at step {stopped_at}" in learner_log
     assert json.loads((out / "eval.json").read_text())["steps"] == stopped_at  # the final eval ran
+    # ... once: the weights it stopped on were evaluated at that step, and are not evaluated again.
+    assert sum(1 for r in read_rows(out / "metrics.jsonl") if "eval/success" in r and r["step"] == stopped_at) == 1
     for i in range(2):
         assert "shutdown (training finished)" in (out / f"logs/actor{i}.log").read_text()
