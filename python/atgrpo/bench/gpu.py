@@ -13,8 +13,8 @@ on the built tiny model, in fp32:
   changing with the new weights.
 
 Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
-code on the CPU (that is how CI keeps it working). It ran on an H200 and an H100 on 2026-11-26 without vLLM
-(docs/gpus.md).
+code on the CPU (that is how CI keeps it working). It ran without vLLM on an H200 and an H100 on
+2026-11-26 (tiny model) and on an H100 on 2026-11-27 (SmolLM2) (docs/gpus.md).
 """
 
 from __future__ import annotations
