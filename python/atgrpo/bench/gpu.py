@@ -2,8 +2,9 @@
 
 On `cuda` (the default) it runs, on SmolLM2-135M when it is imported (`atgrpo-model smollm2`), else
 on the built tiny model, in fp32:
-- a rollout with the torch engine and one learner step (torch backend, one rank), the engine's
-  log-probabilities against the learner's on the same tokens (bound 1e-3), peak GPU memory;
+- a rollout with the torch engine, the engine's log-probabilities against the learner's on the same
+  tokens (bound 1e-3), then one on-policy learner step on them (torch backend, one rank) whose own
+  forward must agree with the engine within the same bound, peak GPU memory;
 - the learner at scale (`atgrpo.bench.gpu_scale`): steps of a Qwen3-1.7B-shaped model with the
   torch backend and DeepSpeed ZeRO 1-3, peak memory against the GPU plan, fp32 master weights that
   move at lr 1e-6 (on the CPU: a small shape, the torch backend only);
@@ -61,15 +62,23 @@ def _peak_gb(device: torch.device) -> float:
 
 
 def _learner_step(folder: Path, device: torch.device, prompts, outs, pad_id: int) -> dict[str, float]:
+    """One on-policy PPO step on the rollout's own tokens and behaviour log-probs, advantages +1 and -1
+    in turn: the backend's training forward must score the tokens as the engine did (its
+    `logprob_mismatch` within the bound, nothing clipped), which `_mismatch` checks only outside it."""
+    import numpy as np
+
     from atgrpo.config import TrainSection
     from atgrpo.learner.backends import make_backend
-    from atgrpo.learner.batching import pair_microbatches
+    from atgrpo.learner.batching import pack
     from atgrpo.learner.loss import LossConfig
+    from atgrpo.learner.rows import Sequences
     from atgrpo.models.folder import load_model
 
     model = load_model(folder, device=str(device))
     backend = make_backend(model, TrainSection(device=str(device)), 1e-6, 0.0, LossConfig(temperature=TEMPERATURE))
-    mbs = pair_microbatches([(p, o.token_ids) for p, o in zip(prompts, outs)], max_tokens=8192, pad_id=pad_id)
+    advantages = np.where(np.arange(len(outs)) % 2 == 0, 1.0, -1.0)
+    seqs = Sequences(prompts, [o.token_ids for o in outs], [o.logprobs for o in outs], advantages)
+    mbs = pack(seqs, max_tokens=8192, pad_id=pad_id, aggregation="token_mean", share_prefix=False)
     metrics = backend.train_step(mbs, sum(mb.num_tokens for mb in mbs))
     if not all(v == v for v in metrics.values()):
         raise RuntimeError(f"learner step gave non-finite metrics: {metrics}")
@@ -124,7 +133,8 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
         rows.append(_row(f"torch engine vs learner mismatch ({name}, {dev})", mean, "mean |Δ|", bound=MISMATCH_BOUND,
                          extra={"max": worst}))
         metrics = _learner_step(folder, dev, prompts, outs, tok.pad_token_id)
-        rows.append(_row(f"learner step, torch backend ({dev})", metrics["loss"], "loss", extra=metrics))
+        rows.append(_row(f"learner step vs engine mismatch, torch backend ({name}, {dev})", metrics["logprob_mismatch"],
+                         "mean |Δ|", bound=MISMATCH_BOUND, extra=metrics))
         rows.append(_row("peak GPU memory, rollout + learner step", _peak_gb(dev), "GB"))
         from atgrpo.bench import gpu_scale
 
