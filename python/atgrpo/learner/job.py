@@ -207,7 +207,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
         state.eval_start = rank0.evaluate("start", state.step).success
     start = step_start = time.monotonic()
     saved_step = state.step if state.step > 0 else None  # a resumed run's step is on disk already
-    last_eval: tuple[int, EvalSummary] | None = None
+    last_eval: EvalSummary | None = None
     while state.step < cfg.run.steps:
         timed_out = cfg.run.time_limit_s > 0 and time.monotonic() - start > cfg.run.time_limit_s
         if broadcast_flag(stop.is_set() or timed_out, trainer.world):
@@ -232,7 +232,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
             metrics.update(rank0.orchestrator.metrics())
             rank0.metrics.write(state.step, metrics)
             if cfg.run.eval_every and state.step % cfg.run.eval_every == 0 and state.step < cfg.run.steps:
-                last_eval = (state.step, rank0.evaluate(f"step {state.step}", state.step))
+                last_eval = rank0.evaluate(f"step {state.step}", state.step)
         if cfg.run.checkpoint_every and state.step % cfg.run.checkpoint_every == 0:
             _save(cfg, trainer, state, rank0)
             saved_step = state.step
@@ -243,8 +243,8 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
         return None
     # A run stopped (signal, time limit) right after a step's evaluation ends on weights already
     # evaluated: that evaluation is the final one, not run and written a second time.
-    if last_eval is not None and last_eval[0] == state.step:
-        end = last_eval[1].success
+    if last_eval is not None and last_eval.step == state.step:
+        end = last_eval.success
     else:
         end = rank0.evaluate("end", state.step).success
     start_s = state.eval_start
