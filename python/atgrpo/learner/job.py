@@ -132,9 +132,9 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     assert summary is not None
     png = plot_learning_curve(out_dir(cfg) / "metrics.jsonl", out_dir(cfg) / "learning_curve.png", title=cfg.run.name)
     summary.learning_curve = str(png)
-    if summary.improvement_points is not None:
-        log.info("held-out success: %.1f%% -> %.1f%% (%+.1f points)", 100 * summary.eval_start, 100 * summary.eval_end,
-                 summary.improvement_points)
+    start, end, gain = summary.eval_start, summary.eval_end, summary.improvement_points
+    if start is not None and end is not None and gain is not None:
+        log.info("held-out success: %.1f%% -> %.1f%% (%+.1f points)", 100 * start, 100 * end, gain)
     (out_dir(cfg) / "eval.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2))
     emit(summary)
     return summary
