@@ -56,3 +56,58 @@ def test_printed_commands_set_up_curve_keys_unless_insecure(capsys) -> None:
     assert train_main(["--print-commands", "--set", "transport.insecure=true"]) == 0
     out = capsys.readouterr().out
     assert "atgrpo-keys" not in out and "--curve-keys" not in out and "insecure" in out
+
+
+# Stand-ins for the children, without torch: the actor notes that it started and the address it got
+# (from its command line, or from stdin when started before the hub); actor0 exits once first when
+# `crash` is set. The learner announces its hub only after every actor has started, so the run can
+# end only if the launcher starts actors with the learner and hands them the address later.
+FAKE_ACTOR = """
+import pathlib, sys
+args = sys.argv[1:]
+out, crash = pathlib.Path(args[0]), args[1] == "crash"
+address, who = args[args.index("--address") + 1], args[args.index("--id") + 1]
+(out / f"{who}.started").touch()
+if crash and who == "actor0" and not (out / "crashed").exists():
+    (out / "crashed").touch()
+    sys.exit(1)
+(out / f"{who}.address").write_text(address if address != "-" else sys.stdin.readline().strip())
+"""
+FAKE_LEARNER = """
+import pathlib, sys, time
+out, n = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+def wait_for(suffix):
+    deadline = time.monotonic() + 60
+    while sum(1 for _ in out.glob("actor*" + suffix)) < n:
+        if time.monotonic() > deadline:
+            sys.exit(f"awaited {n} actor*{suffix} files")
+        time.sleep(0.05)
+wait_for(".started")
+print('{"type": "hub_ready", "address": "ipc:///fake/hub.sock"}', flush=True)
+wait_for(".address")
+print('{"type": "finished", "steps": 0, "eval_start": null, "eval_end": null, "improvement_points": null}', flush=True)
+"""
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_actors_start_with_the_learner_and_get_the_address_when_the_hub_is_up(tmp_path, crash) -> None:
+    import sys
+
+    from atgrpo.launch.local import LocalRun
+
+    cfg = load_config(overrides=[f'run.out_dir="{tmp_path / "run"}"'])
+    learner = [sys.executable, "-c", FAKE_LEARNER, str(tmp_path), "2"]
+    actor = [sys.executable, "-c", FAKE_ACTOR, str(tmp_path), "crash" if crash else "-"]
+    run = LocalRun(cfg, learner, actor, 2)
+    assert run.run() == 0
+    assert [(tmp_path / f"actor{i}.address").read_text() for i in (0, 1)] == ["ipc:///fake/hub.sock"] * 2
+    assert run.restarts == ({0: 1} if crash else {})  # a crash while waiting: restarted, and it got the address too
+
+
+def test_an_actor_told_to_read_the_address_from_a_closed_stdin_gets_nothing() -> None:
+    import io
+
+    from atgrpo.cli.actor import read_address
+
+    assert read_address(io.StringIO("ipc:///x/hub.sock\n")) == "ipc:///x/hub.sock"
+    assert read_address(io.StringIO("")) == ""  # the launcher went first: the actor says so and exits 2

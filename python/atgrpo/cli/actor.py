@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TextIO
 
 from atgrpo.cli.common import config_parser, load_run_config, setup_logging
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = config_parser("atgrpo-actor", "Roll out AT-GRPO work units for a learner hub.")
-    parser.add_argument("--address", required=True, help="hub endpoint: tcp://host:port or ipc:///path")
+    parser.add_argument("--address", required=True,
+                        help="hub endpoint: tcp://host:port or ipc:///path; '-': the first line of stdin, once the hub is up")
     parser.add_argument("--id", default=None, help="actor id (default: host and pid)")
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
@@ -26,8 +28,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
     configure_threads(cfg.launch.actor_threads)
+    address = args.address if args.address != "-" else read_address(sys.stdin)
+    if not address:
+        log.error("stdin closed before the hub's address came (the launcher or the learner stopped first)")
+        return 2
     try:
-        units = Actor(cfg, args.address, args.id).run()
+        units = Actor(cfg, address, args.id).run()
     except (ActorError, TransportError) as exc:
         log.error("%s", exc)
         return 2
@@ -35,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     log.info("done after %d units", units)
     return 0
+
+
+def read_address(stream: TextIO) -> str:
+    """The hub address `atgrpo-train` writes once its learner's hub is up (empty: the stream closed
+    first). Reading it only after the imports above lets an actor start with the learner."""
+    return stream.readline().strip()
 
 
 if __name__ == "__main__":

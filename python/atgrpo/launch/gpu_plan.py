@@ -42,7 +42,6 @@ from pathlib import Path
 from atgrpo.config import RunConfig
 from atgrpo.config.lora import lora_bases
 from atgrpo.errors import PlacementError
-from atgrpo.learner.backends.deepspeed_config import bucket_elements
 
 GB = 1e9
 CONTEXT_BYTES = int(1.0 * GB)
@@ -174,6 +173,9 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int, policy: str | N
     if module_bf16 and tr.zero_stage == 1:
         parts["bf16 gradients"] = 2 * trained  # BF16_Optimizer zeroes them after a step, never frees them
     if tr.backend == "deepspeed" and tr.zero_stage >= 2:
+        # Imported here: the learner's backends bring torch, which a CPU run's launcher never needs.
+        from atgrpo.learner.backends.deepspeed_config import bucket_elements
+
         # ZeRO 2-3 stage gradients through a reduce bucket (fp32 counted); ZeRO-3 also holds the
         # parameters it gathers (DeepSpeed's default stage3_max_live_parameters, 1e9, in bf16).
         parts["buckets"] = 4 * bucket_elements(trained) + (2 * min(10**9, trained) if tr.zero_stage == 3 else 0)

@@ -1,9 +1,10 @@
 """One learner and N actors on this host over a private ipc socket: what `atgrpo-train` runs.
 
-The launcher only spawns and wires. It starts the learner, reads its events (JSON lines on the
-learner's stdout, `messages.LearnerEvent`), starts the actors against the address of its
-`hub_ready` event, shows a progress bar from `metrics.jsonl`, and writes each child's log (its
-stderr) to `out_dir/logs/`. Children run in their own sessions, so a Ctrl-C reaches only the
+The launcher only spawns and wires. It starts the learner and the actors together, reads the
+learner's events (JSON lines on its stdout, `messages.LearnerEvent`), hands the actors the address of
+its `hub_ready` event on their stdin (`atgrpo-actor --address -`: their imports overlap the
+learner's start and warm start instead of following them), shows a progress bar from
+`metrics.jsonl`, and writes each child's log (its stderr) to `out_dir/logs/`. Children run in their own sessions, so a Ctrl-C reaches only the
 launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut
 down) and, once the learner is gone, stops any actor still running. SIGTERM to the launcher is
 handled the same way (exit status 143 instead of 130). No child outlives the launcher.
@@ -71,19 +72,38 @@ class LocalRun:
         self.progress: Progress | None = None
         self.summary: RunSummary | None = None
         self.address: str | None = None
+        self.lock = threading.Lock()
+        """Guards `actors` and `address`: the event reader hands out the address while the main
+        loop may restart an actor."""
 
     def say(self, text: str) -> None:
         (self.progress.write(text) if self.progress else print(text, flush=True))
 
     def spawn_actor(self, i: int) -> subprocess.Popen:
+        """Actor `i`, against the hub's address once known; before that it waits for it on stdin
+        (`hand_address`). Called with `lock` held, or before the event reader starts."""
         log_file = open(self.logs / f"actor{i}.log", "a")
-        assert self.address is not None
         gpus = self.cfg.launch.actor_devices
         return subprocess.Popen(
-            [*self.actor_cmd, "--address", self.address, "--id", f"actor{i}"],
+            [*self.actor_cmd, "--address", self.address or "-", "--id", f"actor{i}"],
+            stdin=subprocess.DEVNULL if self.address else subprocess.PIPE,
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             env=child_env([gpus[i % len(gpus)]] if gpus else []),
         )
+
+    def hand_address(self, address: str) -> None:
+        """The hub is up: every actor still waiting for its address gets it (one that already exited
+        is restarted by `watch_actors`, with the address on its command line)."""
+        with self.lock:
+            self.address = address
+            for a in self.actors:
+                if a is None or a.stdin is None:
+                    continue
+                try:
+                    a.stdin.write(f"{address}\n".encode())
+                    a.stdin.close()
+                except OSError:  # it died while waiting (BrokenPipeError): watch_actors sees its exit
+                    pass
 
     def read_events(self, learner: subprocess.Popen) -> None:
         assert learner.stdout is not None
@@ -95,8 +115,7 @@ class LocalRun:
                 self.say(line.rstrip())  # not an event: something the learner's libraries printed
                 continue
             if isinstance(event, HubReady):
-                self.address = event.address
-                self.actors = [self.spawn_actor(i) for i in range(self.n_actors)]
+                self.hand_address(event.address)
                 self.progress = Progress(self.out / "metrics.jsonl", self.cfg.run.steps)
             elif isinstance(event, RunSummary):
                 self.summary = event
@@ -105,6 +124,10 @@ class LocalRun:
                 self.say(text)
 
     def watch_actors(self, learner: subprocess.Popen) -> None:
+        with self.lock:
+            self._restart_exited_actors(learner)
+
+    def _restart_exited_actors(self, learner: subprocess.Popen) -> None:
         for i, a in enumerate(self.actors):
             if a is None or a.poll() in (None, 0):
                 continue
@@ -130,6 +153,7 @@ class LocalRun:
             self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True,
             env=child_env(self.cfg.launch.learner_devices),
         )
+        self.actors = [self.spawn_actor(i) for i in range(self.n_actors)]
         reader = threading.Thread(target=self.read_events, args=(learner,), daemon=True)
         reader.start()
         interrupted = 0
