@@ -111,3 +111,21 @@ def test_an_actor_told_to_read_the_address_from_a_closed_stdin_gets_nothing() ->
 
     assert read_address(io.StringIO("ipc:///x/hub.sock\n")) == "ipc:///x/hub.sock"
     assert read_address(io.StringIO("")) == ""  # the launcher went first: the actor says so and exits 2
+
+
+def test_an_actor_that_cannot_be_placed_stops_the_run_and_leaves_no_learner(tmp_path, monkeypatch) -> None:
+    import os
+    import sys
+
+    from atgrpo.errors import PlacementError
+    from atgrpo.launch.local import LocalRun
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the launcher sees one GPU; the actor is told GPU 1
+    cfg = load_config(overrides=[f'run.out_dir="{tmp_path / "run"}"', "launch.actor_devices=[1]"])
+    pid_file = tmp_path / "learner.pid"
+    learner = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+    with pytest.raises(PlacementError, match="launcher sees 1"):
+        LocalRun(cfg, learner, [sys.executable, "-c", "pass"], 1).run()
+    if pid_file.exists():  # it may have been stopped before it wrote its pid
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)

@@ -63,14 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     from atgrpo.launch.gpu_plan import check_plan
     from atgrpo.launch.local import LocalRun, learner_command
 
+    n_actors = args.actors if args.actors is not None else cfg.launch.actors
+    learner = learner_command(child_cmd("atgrpo.cli.learner", args, []), len(cfg.launch.learner_devices))
     try:
         for load in check_plan(cfg):
             print(f"plan: {load.describe()}", flush=True)
-    except PlacementError as exc:
+        return LocalRun(cfg, learner, child_cmd("atgrpo.cli.actor", args, []), n_actors).run()
+    except PlacementError as exc:  # the plan, or a device a child's environment cannot name
         sys.exit(f"placement error: {exc}")
-    n_actors = args.actors if args.actors is not None else cfg.launch.actors
-    learner = learner_command(child_cmd("atgrpo.cli.learner", args, []), len(cfg.launch.learner_devices))
-    return LocalRun(cfg, learner, child_cmd("atgrpo.cli.actor", args, []), n_actors).run()
 
 
 if __name__ == "__main__":

@@ -153,11 +153,13 @@ class LocalRun:
             self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True,
             env=child_env(self.cfg.launch.learner_devices),
         )
-        self.actors = [self.spawn_actor(i) for i in range(self.n_actors)]
         reader = threading.Thread(target=self.read_events, args=(learner,), daemon=True)
         reader.start()
         interrupted = 0
         try:
+            with self.lock:  # one by one: any actor started before a failure is stopped below
+                for i in range(self.n_actors):
+                    self.actors.append(self.spawn_actor(i))
             while learner.poll() is None:
                 time.sleep(0.2)
                 self.watch_actors(learner)
