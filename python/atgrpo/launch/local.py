@@ -1,11 +1,11 @@
 """One learner and N actors on this host over a private ipc socket: what `atgrpo-train` runs.
 
 The launcher only spawns and wires. It starts the learner and the actors together, reads the
-learner's events (JSON lines on its stdout, `messages.LearnerEvent`), hands the actors the address of
-its `hub_ready` event on their stdin (`atgrpo-actor --address -`: their imports overlap the
+learner's events (JSON lines on its stdout, `messages.LearnerEvent`), hands the actors the address
+of its `hub_ready` event on their stdin (`atgrpo-actor --address -`: their imports overlap the
 learner's start and warm start instead of following them), shows a progress bar from
-`metrics.jsonl`, and writes each child's log (its stderr) to `out_dir/logs/`. Children run in their own sessions, so a Ctrl-C reaches only the
-launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut
+`metrics.jsonl`, and writes each child's log (its stderr) to `out_dir/logs/`. Children run in
+their own sessions, so a Ctrl-C reaches only the launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut
 down) and, once the learner is gone, stops any actor still running. SIGTERM to the launcher is
 handled the same way (exit status 143 instead of 130). No child outlives the launcher.
 """
@@ -81,7 +81,7 @@ class LocalRun:
 
     def spawn_actor(self, i: int) -> subprocess.Popen:
         """Actor `i`, against the hub's address once known; before that it waits for it on stdin
-        (`hand_address`). Called with `lock` held, or before the event reader starts."""
+        (`hand_address`). Called with `lock` held."""
         log_file = open(self.logs / f"actor{i}.log", "a")
         gpus = self.cfg.launch.actor_devices
         return subprocess.Popen(
