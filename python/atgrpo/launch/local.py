@@ -5,9 +5,10 @@ learner's events (JSON lines on its stdout, `messages.LearnerEvent`), hands the 
 of its `hub_ready` event on their stdin (`atgrpo-actor --address -`: their imports overlap the
 learner's start and warm start instead of following them), shows a progress bar from
 `metrics.jsonl`, and writes each child's log (its stderr) to `out_dir/logs/`. Children run in
-their own sessions, so a Ctrl-C reaches only the launcher, which forwards it to the learner (checkpoint, final evaluation, actors told to shut
-down) and, once the learner is gone, stops any actor still running. SIGTERM to the launcher is
-handled the same way (exit status 143 instead of 130). No child outlives the launcher.
+their own sessions, so a Ctrl-C reaches only the launcher, which forwards it to the learner
+(checkpoint, final evaluation, actors told to shut down) and, once the learner is gone, stops any
+actor still running. SIGTERM to the launcher is handled the same way (exit status 143 instead of
+130). No child outlives the launcher.
 """
 
 from __future__ import annotations
