@@ -104,13 +104,26 @@ def test_actors_start_with_the_learner_and_get_the_address_when_the_hub_is_up(tm
     assert run.restarts == ({0: 1} if crash else {})  # a crash while waiting: restarted, and it got the address too
 
 
-def test_an_actor_told_to_read_the_address_from_a_closed_stdin_gets_nothing() -> None:
-    import io
+def test_an_actor_whose_stdin_closes_before_the_address_says_so_and_exits_2() -> None:
+    import subprocess
+    import sys
 
-    from atgrpo.cli.actor import read_address
+    done = subprocess.run([sys.executable, "-m", "atgrpo.cli.actor", "--address", "-"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "stdin closed before the hub's address came" in done.stderr and "Traceback" not in done.stderr
 
-    assert read_address(io.StringIO("ipc:///x/hub.sock\n")) == "ipc:///x/hub.sock"
-    assert read_address(io.StringIO("")) == ""  # the launcher went first: the actor says so and exits 2
+
+def test_the_launcher_of_a_cpu_run_imports_no_torch() -> None:
+    """What atgrpo-train imports before it starts its children (its GPU plan included): torch would
+    add seconds to every run's start, before the learner even begins."""
+    import subprocess
+    import sys
+
+    code = ("import sys, atgrpo.cli.train, atgrpo.launch.gpu_plan, atgrpo.launch.local;"
+            "from atgrpo.config import load_config; assert atgrpo.launch.gpu_plan.check_plan(load_config()) == [];"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_an_actor_that_cannot_be_placed_stops_the_run_and_leaves_no_learner(tmp_path, monkeypatch) -> None:

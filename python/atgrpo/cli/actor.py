@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
 
 from atgrpo.cli.common import config_parser, load_run_config, setup_logging
 
@@ -28,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
     configure_threads(cfg.launch.actor_threads)
-    address = args.address if args.address != "-" else read_address(sys.stdin)
+    # "-": `atgrpo-train` started this actor with its learner and writes the hub's address here once
+    # the hub is up; reading it only after the imports above is what lets the two start together.
+    address = args.address if args.address != "-" else sys.stdin.readline().strip()
     if not address:
         log.error("stdin closed before the hub's address came (the launcher or the learner stopped first)")
         return 2
@@ -41,12 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     log.info("done after %d units", units)
     return 0
-
-
-def read_address(stream: TextIO) -> str:
-    """The hub address `atgrpo-train` writes once its learner's hub is up (empty: the stream closed
-    first). Reading it only after the imports above lets an actor start with the learner."""
-    return stream.readline().strip()
 
 
 if __name__ == "__main__":

@@ -126,21 +126,18 @@ class LocalRun:
 
     def watch_actors(self, learner: subprocess.Popen) -> None:
         with self.lock:
-            self._restart_exited_actors(learner)
-
-    def _restart_exited_actors(self, learner: subprocess.Popen) -> None:
-        for i, a in enumerate(self.actors):
-            if a is None or a.poll() in (None, 0):
-                continue
-            self.restarts[i] = self.restarts.get(i, 0) + 1
-            self.say(f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)")
-            if self.restarts[i] <= MAX_ACTOR_RESTARTS:
-                self.actors[i] = self.spawn_actor(i)
-                continue
-            self.actors[i] = None
-            if all(x is None for x in self.actors):
-                print(f"every actor failed {MAX_ACTOR_RESTARTS + 1} times; stopping the learner", file=sys.stderr)
-                stop_process(learner)
+            for i, a in enumerate(self.actors):
+                if a is None or a.poll() in (None, 0):
+                    continue
+                self.restarts[i] = self.restarts.get(i, 0) + 1
+                self.say(f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)")
+                if self.restarts[i] <= MAX_ACTOR_RESTARTS:
+                    self.actors[i] = self.spawn_actor(i)
+                    continue
+                self.actors[i] = None
+                if all(x is None for x in self.actors):
+                    print(f"every actor failed {MAX_ACTOR_RESTARTS + 1} times; stopping the learner", file=sys.stderr)
+                    stop_process(learner)
 
     def run(self) -> int:
         """Run to the end; the exit status: 0, 1 (learner failed), 130 (Ctrl-C) or 143 (SIGTERM)."""
