@@ -11,7 +11,7 @@ import pytest
 import torch
 import zmq
 
-from atgrpo.messages import Message, WeightsRequest
+from atgrpo.messages import Message, WeightsRequest, WorkRequest
 from atgrpo.transport import ActorClient, HubEndpoint, TransportTimeout
 from atgrpo.transport.codec import encode
 from atgrpo.transport.tensors import weights_to_messages
@@ -106,3 +106,30 @@ def test_chunk_trackers_follow_what_the_receiver_takes_in(ipc_address: str) -> N
             assert all(t.done for t in trackers)
         finally:
             actor.close(linger=0)
+
+
+class _VanishingPipe:
+    """A socket whose POLLOUT says ready but whose send finds no pipe, as when the hub refuses a
+    CURVE handshake between the poll and the send."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    def poll(self, timeout_ms: int, flags: int) -> int:
+        return flags
+
+    def send(self, data: bytes, flags: int, copy: bool) -> None:
+        self.sends += 1
+        raise zmq.Again()
+
+
+def test_a_pipe_torn_down_between_poll_and_send_is_a_timeout_not_a_zmq_error(ipc_address: str) -> None:
+    with ActorClient(ipc_address, "a", timeout_s=0.2) as client:
+        real, sock = client._sock, _VanishingPipe()
+        client._sock = sock  # type: ignore[assignment]
+        try:
+            with pytest.raises(TransportTimeout, match="never sent"):
+                client.request(WorkRequest(actor_id="a"))
+        finally:
+            client._sock = real
+        assert sock.sends > 1  # it kept trying until the deadline

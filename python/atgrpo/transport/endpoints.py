@@ -375,6 +375,21 @@ class ActorClient:
             f"({got.received} came)"
         )
 
+    @staticmethod
+    def _send_by(sock: zmq.Socket[Any], data: bytes, deadline: float) -> bool:
+        """Send `data` before `deadline`; False if it could not go. POLLOUT can report a pipe that
+        is gone by the time we send (a CURVE handshake the hub refused tears it down), so EAGAIN
+        means wait again, not fail."""
+        while (left := deadline - time.monotonic()) > 0:
+            if not sock.poll(max(1, round(left * 1000)), zmq.POLLOUT):
+                return False
+            try:
+                sock.send(data, flags=zmq.NOBLOCK, copy=False)
+                return True
+            except zmq.Again:
+                time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # the pipe is being torn down
+        return False
+
     def _exchange(self, msg: Message, timeout: float, *, what: str = "") -> list[zmq.Frame]:
         """Send `msg` and return the first message of its reply, within `timeout` seconds; `what`
         names that first message in the timeout's error (default: the reply)."""
@@ -385,9 +400,8 @@ class ActorClient:
         deadline = time.monotonic() + timeout
         sent = False
         try:
-            if sock.poll(round(timeout * 1000), zmq.POLLOUT):
-                sock.send(data, flags=zmq.NOBLOCK, copy=False)
-                sent = True
+            sent = self._send_by(sock, data, deadline)
+            if sent:
                 wait_ms = max(0, round((deadline - time.monotonic()) * 1000))
                 if sock.poll(wait_ms, zmq.POLLIN):
                     return sock.recv_multipart(copy=False)
