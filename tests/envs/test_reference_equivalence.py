@@ -17,6 +17,8 @@ CONFIGS = {
         {},
         {"width": 6, "height": 4, "obstacle_ratio": 0.3, "min_distance": 2},
         {"width": 5, "height": 5, "obstacle_ratio": 0.2, "min_distance": 2, "stop_at_goal": False},
+        {"width": 5, "height": 5, "obstacle_ratio": 0.2, "min_distance": 2, "stop_at_goal": False, "optimal_bonus": 0.5},
+        {"optimal_bonus": -0.25, "invalid_move_penalty": 0.0},
     ],
     "sokoban": [{}, {"width": 7, "height": 6, "boxes": 2, "reverse_steps": 60}],
     "sudoku": [{}, {"size": 9, "clues": 34}],

@@ -62,6 +62,9 @@ class PlanPathEnv(GameEnv):
     on the goal solves the level (passing over it does not count)."""
     invalid_move_penalty: float = 0.0
     """Local reward added once per illegal move (off the grid or into an obstacle; the move is skipped)."""
+    optimal_bonus: float = 0.0
+    """Local reward added to an answer that reaches the goal by a shortest walk from where it started
+    (as many moves as the BFS distance, none illegal): the paper's optimal-path bonus. 0: none."""
 
     @model_validator(mode="after")
     def _distance_fits(self) -> "PlanPathEnv":

@@ -5,7 +5,9 @@
 //!   obstacle is skipped and costs `invalid_move_penalty`. Reaching the goal ends the move list,
 //!   unless `stop_at_goal` is false: then every move runs and the list must end on the goal.
 //! - Shaping: `local = (d_before - d_after) / d_start + n_invalid * invalid_move_penalty`, with d the
-//!   BFS distance to the goal, so walking an optimal path from the start earns exactly 1.0.
+//!   BFS distance to the goal, so walking an optimal path from the start earns exactly 1.0; plus
+//!   `optimal_bonus` when the list reaches the goal having run exactly `d_before` moves (a shortest
+//!   walk from where it started, no illegal move: the paper's "optimal path" bonus, per answer).
 //! - Solved when the agent stands on the goal. There is no terminal failure: only the turn limit
 //!   ends an unsolved episode.
 //! - Generation: exactly `floor(obstacle_ratio * w * h)` obstacles, start and goal on two distinct
@@ -39,11 +41,14 @@ pub struct PlanPathConfig {
     /// Whether reaching the goal ends the move list. When false the remaining moves still run, so a
     /// long list that only passes over the goal does not count: RL cannot win by spraying moves.
     pub stop_at_goal: bool,
+    /// Local reward added to an answer that reaches the goal by a shortest walk from where it
+    /// started. 0 (the default) leaves the progress shaping alone.
+    pub optimal_bonus: f64,
 }
 
 impl Default for PlanPathConfig {
     fn default() -> Self {
-        Self { width: 10, height: 10, obstacle_ratio: 0.2, min_distance: 4, stop_at_goal: true }
+        Self { width: 10, height: 10, obstacle_ratio: 0.2, min_distance: 4, stop_at_goal: true, optimal_bonus: 0.0 }
     }
 }
 
@@ -112,6 +117,7 @@ pub struct PlanPath {
     level: Arc<Level>,
     pos: usize,
     stop_at_goal: bool,
+    optimal_bonus: f64,
 }
 
 impl PlanPath {
@@ -120,6 +126,9 @@ impl PlanPath {
     }
     pub fn position(&self) -> usize {
         self.pos
+    }
+    fn at(cfg: &PlanPathConfig, level: Level, pos: usize) -> Self {
+        Self { level: Arc::new(level), pos, stop_at_goal: cfg.stop_at_goal, optimal_bonus: cfg.optimal_bonus }
     }
 }
 
@@ -139,6 +148,9 @@ impl Task for PlanPath {
         let cells = cfg.width * cfg.height;
         if cfg.min_distance < 1 || cfg.min_distance > cells / 2 {
             return invalid(format!("min_distance must be in 1..={}, got {}", cells / 2, cfg.min_distance));
+        }
+        if !cfg.optimal_bonus.is_finite() {
+            return invalid(format!("optimal_bonus must be finite, got {}", cfg.optimal_bonus));
         }
         Ok(())
     }
@@ -166,7 +178,7 @@ impl Task for PlanPath {
             if split_of_level(&level.canonical_bytes()) != split {
                 continue;
             }
-            return Ok(Self { level: Arc::new(level), pos: start, stop_at_goal: cfg.stop_at_goal });
+            return Ok(Self::at(cfg, level, start));
         }
         Err(EnvError::Generation(format!(
             "no {w}x{h} plan-path level with obstacle_ratio {} and min_distance {} after {MAX_ATTEMPTS} attempts",
@@ -181,8 +193,9 @@ impl Task for PlanPath {
         }
         let level = &*self.level;
         let before = level.dist[self.pos];
-        let mut invalid = 0u32;
+        let (mut invalid, mut ran) = (0u32, 0usize);
         for &dir in &scratch.moves {
+            ran += 1;
             match level.neighbour(self.pos, dir) {
                 Some(next) => self.pos = next,
                 None => invalid += 1,
@@ -193,9 +206,13 @@ impl Task for PlanPath {
         }
         let after = level.dist[self.pos];
         let progress = (f64::from(before) - f64::from(after)) / f64::from(level.dist[level.start]);
+        let solved = self.pos == level.goal;
+        let shortest = solved && ran == usize::from(before);
         Outcome {
-            local: progress + f64::from(invalid) * common.invalid_move_penalty,
-            solved: self.pos == level.goal,
+            local: progress
+                + f64::from(invalid) * common.invalid_move_penalty
+                + if shortest { self.optimal_bonus } else { 0.0 },
+            solved,
             failed: false,
             valid: invalid == 0,
         }
@@ -265,7 +282,7 @@ impl Task for PlanPath {
         }
         let level = Level::new(w, h, blocked, start, goal);
         ensure(level.dist[start] != UNREACHABLE && level.dist[start] > 0, || "goal not reachable from start".into())?;
-        Ok(Self { level: Arc::new(level), pos, stop_at_goal: cfg.stop_at_goal })
+        Ok(Self::at(cfg, level, pos))
     }
 }
 
@@ -314,6 +331,45 @@ mod tests {
         assert!(out.local < 0.0 || env.position() != env.level.start);
         let bad = env.step(&common, Some("no moves here"), &mut scratch);
         assert_eq!(bad.local, common.parse_penalty);
+    }
+
+    #[test]
+    fn the_optimal_bonus_pays_only_a_shortest_walk_to_the_goal() {
+        let common = Common { invalid_move_penalty: 0.0, ..Common::default() };
+        let mut scratch = Scratch::default();
+        for stop_at_goal in [true, false] {
+            let cfg = PlanPathConfig { stop_at_goal, optimal_bonus: 0.5, ..PlanPathConfig::default() };
+            let mut detours_solved = 0;
+            for seed in 0..50 {
+                let fresh = PlanPath::generate(&cfg, seed, Split::Train).unwrap();
+                let plan = fresh.solve().unwrap();
+                let mut env = fresh.clone();
+                assert_eq!(env.step(&common, Some(&plan), &mut scratch).local, 1.5, "shortest: progress 1 + bonus");
+                // The same walk with a wasted move first (into a wall or there and back) is no bonus.
+                let mut env = fresh.clone();
+                let detour = format!("[U,D,{}", plan.trim_start_matches("#### ["));
+                let out = env.step(&common, Some(&detour), &mut scratch);
+                if out.solved {
+                    assert_eq!(out.local, 1.0, "seed {seed}: a longer walk earns progress only");
+                    detours_solved += 1;
+                }
+                // Half the way: progress, no bonus, and the rest from there earns the bonus again.
+                let mut moves = Vec::new();
+                assert!(parse_moves(&plan, 1000, &mut moves));
+                let half = moves.len() / 2;
+                if half > 0 {
+                    let mut env = fresh.clone();
+                    let out = env.step(&common, Some(&format_moves(&moves[..half])), &mut scratch);
+                    assert!(!out.solved && out.local < 1.0);
+                    let rest = env.step(&common, Some(&env.solve().unwrap()), &mut scratch);
+                    assert!(rest.solved);
+                    assert!((rest.local - (0.5 + (moves.len() - half) as f64 / moves.len() as f64)).abs() < 1e-12);
+                }
+            }
+            assert!(detours_solved > 10, "the detour case ran: {detours_solved} of 50");
+        }
+        let bad = PlanPathConfig { optimal_bonus: f64::INFINITY, ..PlanPathConfig::default() };
+        assert!(PlanPath::check_config(&bad, &common).is_err());
     }
 
     #[test]

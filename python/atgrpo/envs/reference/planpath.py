@@ -21,6 +21,7 @@ class PlanPathRefConfig:
     obstacle_ratio: float = 0.2
     min_distance: int = 4
     stop_at_goal: bool = True
+    optimal_bonus: float = 0.0
 
 
 class PlanPathRef:
@@ -29,6 +30,7 @@ class PlanPathRef:
         self.dist = self._distances()
         self.pos = start
         self.stop_at_goal = True
+        self.optimal_bonus = 0.0
 
     def _neighbour(self, cell: int, move: str) -> int | None:
         dr, dc = DELTAS[move]
@@ -74,6 +76,7 @@ class PlanPathRef:
             if split_of_level(level.canonical_bytes()) != split:
                 continue
             level.stop_at_goal = cfg.stop_at_goal
+            level.optimal_bonus = cfg.optimal_bonus
             return level
         raise RuntimeError("generation failed")
 
@@ -82,8 +85,9 @@ class PlanPathRef:
         if moves is None:
             return Outcome(local=common.parse_penalty)
         before = self.dist[self.pos]
-        invalid = 0
+        invalid = ran = 0
         for move in moves:
+            ran += 1
             nxt = self._neighbour(self.pos, move)
             if nxt is None:
                 invalid += 1
@@ -93,9 +97,11 @@ class PlanPathRef:
                 break
         after = self.dist[self.pos]
         progress = (float(before) - float(after)) / float(self.dist[self.start])  # type: ignore[arg-type]
+        solved = self.pos == self.goal
+        bonus = self.optimal_bonus if solved and ran == before else 0.0
         return Outcome(
-            local=progress + float(invalid) * common.invalid_move_penalty,
-            solved=self.pos == self.goal,
+            local=progress + float(invalid) * common.invalid_move_penalty + bonus,
+            solved=solved,
             valid=invalid == 0,
         )
 
