@@ -7,6 +7,7 @@ a reader loses the evidence behind a claim.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -24,25 +25,28 @@ def heading_slug(title: str) -> str:
     return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
 
 
-def anchors(page: Path) -> set[str]:
-    found, in_code = set(EXPLICIT_ANCHOR.findall(page.read_text())), False
-    for line in page.read_text().splitlines():
-        if line.startswith("```"):
-            in_code = not in_code
-        elif not in_code and (m := HEADING.match(line)):
-            found.add(heading_slug(m.group(1)))
-    return found
-
-
-def links(page: Path) -> list[str]:
-    """The relative targets linked from a page, outside code blocks (web addresses are not checked)."""
+def prose_lines(page: Path) -> list[str]:
+    """The lines of a page outside its code blocks, where a `#` or `](` is Markdown, not code."""
     out, in_code = [], False
     for line in page.read_text().splitlines():
         if line.startswith("```"):
             in_code = not in_code
         elif not in_code:
-            out += [t for t in LINK.findall(line) if not re.match(r"[a-z]+:", t)]
+            out.append(line)
     return out
+
+
+@functools.cache
+def anchors(page: Path) -> frozenset[str]:
+    """Where a `#anchor` may land on a page: its explicit `<a id>`s and its headings' slugs."""
+    lines = prose_lines(page)
+    slugs = {heading_slug(m.group(1)) for line in lines if (m := HEADING.match(line))}
+    return frozenset(slugs | {a for line in lines for a in EXPLICIT_ANCHOR.findall(line)})
+
+
+def links(page: Path) -> list[str]:
+    """The relative targets linked from a page (web addresses are not checked)."""
+    return [t for line in prose_lines(page) for t in LINK.findall(line) if not re.match(r"[a-z]+:", t)]
 
 
 def test_heading_slugs_follow_githubs_rule() -> None:
