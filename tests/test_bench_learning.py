@@ -121,7 +121,8 @@ def test_every_arm_is_a_valid_config(suite: str) -> None:
     for arm in s.arms:
         config = str(learning.CONFIGS / arm.config) if arm.config else None
         cfg = load_config(config, learning.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
-        assert cfg.run.seed == 7 and (not s.model_seed or cfg.policies["shared"].tiny.seed == 7)
+        assert cfg.run.seed == 7 and set(cfg.policies) == set(arm.policies)
+        assert not s.model_seed or all(p.tiny.seed == 7 for p in cfg.policies.values())
         if s.steps is not None:
             assert (cfg.run.steps, cfg.run.time_limit_s) == (0 if arm.name == "mas_prompt" else s.steps, 0.0)
 
@@ -161,6 +162,11 @@ def test_the_ordering_arms_are_the_papers() -> None:
     arms = {a.name: a for a in learning.SUITES["ordering"].arms}
     sa = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
     assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
+    roles = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo_roles"], 3, Path("/x"), None, []))
+    default = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo"], 3, Path("/x"), None, []))
+    assert roles.agent_policy() == {"tool": "tool", "plan": "plan"}  # the paper's "one policy per role" row
+    assert all(p == default.policies["shared"] for p in roles.policies.values())  # else the default's policy
+    assert (roles.rollout, roles.task, roles.warmstart) == (default.rollout, default.task, default.warmstart)
 
 
 def test_the_time_budget_suite_keeps_a_constant_lr() -> None:

@@ -15,7 +15,7 @@ Invariants:
   the one its command makes (`check_same_run`); else the suite stops and says which keys differ.
   A run cut off before its end has no `eval.json` and is run again: `atgrpo-train` itself resumes
   it from its last checkpoint.
-- The seed changes `run.seed` and, for the built tiny model, `policies.shared.tiny.seed` too.
+- The seed changes `run.seed` and, for the built tiny models, each policy's `tiny.seed` too.
 - Step-budget suites give every arm the same `run.steps` and no time limit; wall time is reported
   beside. `staleness` is a time-budget suite (same minutes of RL, steps as many as fit).
 - Runs compute with AVX2 kernels (`CPU_ISA_PIN`) unless the caller's environment picks an
@@ -62,6 +62,8 @@ class Arm:
     shared: str | None = None
     """Runs of this arm are the same runs as every other arm with this key (same config, same
     overrides): they live in `<out>/shared/<key>-<digest>/seed<s>/` and are run once for all suites."""
+    policies: tuple[str, ...] = ("shared",)
+    """The arm's policies; in a suite with `model_seed`, each built model's `tiny.seed` is the run's seed."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class Suite:
     sets: tuple[str, ...] = ()
     """Overrides of every run of the suite."""
     model_seed: bool = True
-    """The seed also changes `policies.shared.tiny.seed` (False for a pretrained model)."""
+    """The seed also changes each built policy's `tiny.seed` (False for a pretrained model)."""
     doc: str = ""
 
 
@@ -90,6 +92,8 @@ SUITES = {s.name: s for s in (
         Arm("mas_trajectory", (), "train_trajectory.toml", doc="tool + plan, parallel sampling, trajectory groups",
             shared="trajectory"),
         Arm("mas_atgrpo", (), doc="tool + plan, the default: tree sampling, (env, agent, turn) groups", shared="default"),
+        Arm("mas_atgrpo_roles", ('role_policy={tool="tool",plan="plan"}',), policies=("tool", "plan"),
+            doc="tool + plan, one policy per role (each warm-started on its own role's demos), AT-GRPO"),
     ), reference="mas_atgrpo", doc="the paper's ordering on the default demo"),
     Suite("grouping", (
         Arm("trajectory", (), "train_trajectory.toml", doc="one group per env, K parallel episodes", shared="trajectory"),
@@ -171,7 +175,7 @@ def run_sets(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None
     """The `--set` overrides of one run, in order (a later one of the same key wins)."""
     sets = [f"run.out_dir={json.dumps(str(out_dir))}", f"run.seed={seed}", "metrics.tensorboard=false"]
     if suite.model_seed:
-        sets.append(f"policies.shared.tiny.seed={seed}")
+        sets += [f"policies.{p}.tiny.seed={seed}" for p in arm.policies]
     sets += suite.sets
     if suite.name == "staleness" and len(os.sched_getaffinity(0)) >= 2:
         sets += ["launch.learner_cpus=[0]", "launch.actor_cpus=[1]"]  # as on separate accelerators
