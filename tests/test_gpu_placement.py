@@ -189,21 +189,27 @@ def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
 
 # Peak GPU memory (torch.cuda.max_memory_allocated, GB) of three learner steps of a Qwen3-1.7B-shaped
 # model (28 layers, vocab 151,936, tied head: 1.72B parameters), bf16, two 8,192-token micro-batches,
-# 1,024-token logit chunks, one rank, measured on an NVIDIA H200 (2026-11-26, `docs/gpus.md`):
+# 1,024-token logit chunks, one rank, measured on GPUs (`docs/gpus.md`):
 # (backend, ZeRO stage, gradient checkpointing) -> GB.
 H200_PEAKS = {("torch", 0, True): 35.25, ("deepspeed", 1, True): 41.88, ("deepspeed", 2, True): 38.44,
               ("deepspeed", 3, True): 41.59, ("torch", 0, False): 64.87}
+"""An H200, 2026-11-26."""
+H100_H200_PEAKS = {("torch", 0, True): 34.78, ("deepspeed", 1, True): 41.42, ("deepspeed", 2, True): 37.97,
+                   ("deepspeed", 3, True): 41.12, ("torch", 0, False): 64.40}
+"""An H100 and another H200, 2026-11-27: the same to 0.01 GB (the plan counted 4 bytes a saved
+activation under autocast then, 1.103 x the last case's peak)."""
+MEASURED = [(case, peaks[case]) for peaks in (H200_PEAKS, H100_H200_PEAKS) for case in sorted(peaks)]
 
 
-@pytest.mark.parametrize("case", sorted(H200_PEAKS))
-def test_learner_parts_cover_the_peaks_measured_on_a_gpu(case):
+@pytest.mark.parametrize(("case", "peak"), MEASURED)
+def test_learner_parts_cover_the_peaks_measured_on_a_gpu(case, peak):
     backend, stage, ckpt = case
     shape = ModelShape.from_hf_config({**QWEN3_1_7B, "tie_word_embeddings": True})
     cfg = load_config(None, [f"train.backend={backend!r}", f"train.zero_stage={stage}", "train.dtype='bfloat16'",
                              f"train.gradient_checkpointing={str(ckpt).lower()}"])
     counted = sum(learner_parts(shape, cfg, ranks=1).values()) / GB
     # Never below the measured peak by more than the plan's headroom; erring high by at most 10%.
-    assert 0.95 * H200_PEAKS[case] <= counted <= 1.10 * H200_PEAKS[case]
+    assert 0.95 * peak <= counted <= 1.10 * peak
 
 
 def test_policies_that_step_in_turn_add_one_step_at_the_peak():
