@@ -164,3 +164,25 @@ def test_truncated_answers_are_unparseable_by_default(invalid):
     for s in first[1::2]:
         assert s.success != invalid
         assert (s.reward == pytest.approx(PARSE_PENALTY)) == invalid
+
+
+@pytest.mark.parametrize("task", ["planpath", "sokoban", "sudoku"])
+def test_compact_turn_prompts_tell_turns_apart(task):
+    """compact_turn is compact plus the turn number: a greedy team back on a state it stood on is
+    shown a prompt it has not seen (under compact the two prompts are equal, and so are the answers)."""
+    overrides = [f'task.task="{task}"'] + ([ENV] if task == "planpath" else [])
+    turn_wf = GameWorkflow(load_config(None, [*overrides, 'task.prompts="compact_turn"']))
+    plain_wf = GameWorkflow(load_config(None, [*overrides, 'task.prompts="compact"']))
+    pool = EnvPool(task, 1, **plain_wf.env_config)
+    obs = pool.reset([0], [3], "eval").obs[0]
+    for role in ("tool", "plan"):
+        plain = [plain_wf.prompt_text(role, obs, t, None) for t in (0, 2)]
+        turned = [turn_wf.prompt_text(role, obs, t, None) for t in (0, 2)]
+        assert plain[0] == plain[1]
+        assert turned[0] != turned[1]
+        assert [p.replace(f"t{t + 1}\n", "", 1) for p, t in zip(turned, (0, 2))] == plain
+
+
+def test_compact_turn_is_refused_outside_the_games():
+    with pytest.raises(ValueError, match="compact_turn"):
+        load_config(None, ['task.task="code"', 'task.prompts="compact_turn"'])

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--turns", type=int, default=None)
-    p.add_argument("--prompts", choices=["compact", "paper"], default=None)
+    p.add_argument("--prompts", choices=["compact", "compact_turn", "paper"], default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="rollout engine (default torch)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],

@@ -73,8 +73,10 @@ class TaskSection(Section):
     None: one agent per role of `roles`. See `agents()` and docs/code-and-math.md "Teams"."""
     turns: int = Field(default=4, ge=1)
     """T: the most turns of an episode (every agent acts once per turn); the env pool's `max_steps`."""
-    prompts: Literal["compact", "paper"] = "compact"
-    """Template set under envs/<task>/prompts/: compact (short, for the tiny model) or paper (chat models)."""
+    prompts: Literal["compact", "compact_turn", "paper"] = "compact"
+    """Template set under envs/<task>/prompts/: compact (short, for the tiny model), compact_turn (games:
+    compact with the turn number, so a greedy team that returns to a state it stood on is not shown
+    the same prompt again) or paper (chat models; they show the turn too)."""
     tool_mode: Literal["answer", "program"] = "answer"
     """Games: the tool agent answers a move list (answer) or writes a Python program that prints one,
     run in the sandbox (program)."""
@@ -114,6 +116,9 @@ class TaskSection(Section):
             raise ValueError(f"roles of task {self.task} must include one of {sorted(needed)}; got {roles}")
         if JUDGE in roles and roles[-1] != JUDGE:
             raise ValueError(f"the judge acts last in a turn; got roles {roles}")
+        if self.prompts == "compact_turn" and self.task not in GAME_TASKS:
+            raise ValueError(f"task.prompts = 'compact_turn' is for the games {list(GAME_TASKS)}; task {self.task} "
+                             "takes 'compact' or 'paper'")
         if self.team is not None:
             self._check_team()
         return self
