@@ -13,9 +13,11 @@ import pytest
 
 from atgrpo.cli import eval as eval_cli
 from atgrpo.cli.eval import EvalError, ks_of, pass_at_k
-from atgrpo.config import TinyModelSpec
+from atgrpo.config import TinyModelSpec, load_config
 from atgrpo.engines import torch_engine
+from atgrpo.envs import EnvPool
 from atgrpo.models import build_tiny_model
+from atgrpo.workflows.games import GameWorkflow
 
 from tests.workflows.scripted import ScriptedEngine
 
@@ -142,3 +144,23 @@ def test_cli_subprocess_smoke(tiny, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "pass@1" in proc.stdout and json.loads(out.read_text())["problems"] == 1
+
+
+@pytest.mark.parametrize(("turns", "revisits"), [(4, True), (1, False)])
+def test_games_count_the_failures_that_came_back_to_a_state(tiny, tmp_path, monkeypatch, turns, revisits):
+    """A plan agent that answers "[U,D]" every turn stands, after its second turn at the latest, where it
+    stood before (U then D undo each other, or U is blocked and D then U, D shuttle): with 4 turns every
+    failed episode came back to a state, and with one turn none can."""
+    monkeypatch.setattr(torch_engine, "TorchEngine", lambda model, policy, **kw: ScriptedEngine(lambda t, i: "[U,D]", policy))
+    out, log = tmp_path / "res.json", tmp_path / "t.jsonl"
+    argv = ["--task", "planpath", "--roles", "plan", "--model", str(tiny), "--seeds", "12", "--turns", str(turns),
+            "--out", str(out), "--transcripts", str(log)]
+    assert eval_cli.main(argv) == 0
+    res = json.loads(out.read_text())
+    failed = [r for r in map(json.loads, log.read_text().splitlines()) if not r["correct"]]
+    assert failed and res["problems"] - res["solved"] == len(failed)
+    assert res["failed_revisiting"] == (len(failed) if revisits else 0)
+    # Each row's observation is the state the agent was shown: the first is the level as reset.
+    pool = EnvPool("planpath", 1, **GameWorkflow(load_config(None, [])).env_config)
+    for r in failed:
+        assert r["turns"][0]["obs"] == pool.reset([0], [int(r["id"].removeprefix("seed-"))], "eval").obs[0]

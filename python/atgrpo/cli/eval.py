@@ -16,7 +16,9 @@ pass@k for each `--k` (unbiased estimator, k <= n). Accuracy is the mean success
 use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine, or vLLM with
 `--engine vllm`.
 Results are printed as a table and, with `--out`, written as JSON; `--transcripts PATH` writes what
-every agent said on each problem as JSONL (`atgrpo.cli.transcripts`). Exit status 2 on bad arguments.
+every agent said on each problem as JSONL (`atgrpo.cli.transcripts`). For games the table also counts
+the failed episodes that came back to a state they had stood on (`revisited`): under greedy decoding
+a team that does so is usually caught in a loop. Exit status 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from atgrpo.cli.transcripts import Recorder, write_jsonl
+from atgrpo.cli.transcripts import Recorder, revisited, write_jsonl
 from atgrpo.config import GAME_TASKS, RunConfig, load_config
 from atgrpo.errors.runtime import EvalError, ModelImportError
 from atgrpo.models.importer import resolve_model_path
@@ -202,7 +204,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     ks = ks_of(args.k, n)
     greedy = n == 1 and args.temperature is None
     wf = make_workflow(cfg)
-    recorder = Recorder() if args.transcripts else None
+    # Games are always recorded: the summary counts the failures that came back to a state.
+    recorder = Recorder() if args.transcripts or cfg.task.task in GAME_TASKS else None
     wf.on_step = recorder  # type: ignore[attr-defined]
     probs = None
     try:
@@ -231,8 +234,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         correct = [0] * count
         for env in envs:
             correct[env.env] += int(env.success)
-        if recorder is not None:
-            write_jsonl(args.transcripts, recorder.records(probs, ids, envs))
+        records = recorder.records(probs, ids, envs) if recorder is not None else []
+        if args.transcripts:
+            write_jsonl(args.transcripts, records)
     finally:
         close = getattr(wf, "close", None)
         if close is not None:
@@ -249,9 +253,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "decoding": "greedy" if greedy else "sampled",
         "temperature": None if greedy else cfg.rollout.temperature,
         "accuracy": sum(correct) / (count * n),
+        "solved": sum(correct),
         "pass_at_k": pass_at,
         "wall_s": wall,
         "per_problem": [{"id": i, "correct": c, "samples": n} for i, c in zip(ids, correct)],
+        "failed_revisiting": sum(1 for r in records if not r["correct"] and revisited(r)) if cfg.task.task in GAME_TASKS else None,
     }
 
 
@@ -267,6 +273,9 @@ def format_table(res: dict[str, Any]) -> str:
         *((f"pass@{k}", f"{100 * v:.1f}%") for k, v in res["pass_at_k"].items()),
         ("time", f"{res['wall_s']:.1f}s"),
     ]
+    if res.get("failed_revisiting") is not None:
+        failed = res["problems"] * res["samples_per_problem"] - res["solved"]
+        rows.insert(-1, ("revisits", f"{res['failed_revisiting']} of {failed} failed episodes came back to a state they had stood on"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

@@ -4,7 +4,8 @@ A `Recorder` is set as the workflow's `on_step` hook (`TreeWorkflow.on_step`) an
 and branch (an episode), each agent's turns in the order they were taken: the agent, the turn, the
 text it answered with, and what the workflow reports of it (`describe`: the math workflow gives the
 extracted answer, whether it is correct, a tool agent's program and output, the team's answer after
-the step). `records` joins them with the episodes' verdicts:
+the step; the games give the observation the agent was shown). `records` joins them with the
+episodes' verdicts:
 
     {"id": ..., "sample": 0, "question": ..., "gold": ..., "turns": [{"turn": 0, "agent": "reasoner_1",
      "text": ..., "answer": ..., ...}, ...], "final_answer": ..., "correct": true, "turns_used": 1}
@@ -57,6 +58,22 @@ class Recorder:
             rec.update(correct=bool(res.success), turns_used=res.turns)
             out.append(rec)
         return out
+
+
+def revisited(record: dict[str, Any]) -> bool:
+    """Some agent was shown, at a later turn, an observation it had been shown before (games): the team
+    came back to a state it stood on. Under greedy decoding and prompts without the turn (`compact`),
+    the prompts then repeat too, and so do the answers, until the turn limit."""
+    seen: dict[str, set[str]] = {}
+    for row in record["turns"]:
+        obs = row.get("obs")
+        if not obs:
+            continue
+        before = seen.setdefault(row["agent"], set())
+        if obs in before:
+            return True
+        before.add(obs)
+    return False
 
 
 def write_jsonl(path: str | Path, records: Sequence[dict[str, Any]]) -> None:

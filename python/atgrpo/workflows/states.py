@@ -76,11 +76,14 @@ class PoolStates:
             self.pool.close()
             raise
         self.simulations: dict[tuple[int, int], Simulation] = {}
+        self.shown: dict[tuple[int, int], str] = {}
+        """The observation each branch's last prompt showed (`describe`)."""
 
     def prompt_texts(self, role: str, live: Live, turn: int) -> list[str]:
         obs = self.pool.render(np.array([self.slots[e, b] for e, b in live]))
         texts = []
         for o, eb in zip(obs, live):
+            self.shown[eb] = o
             sim = self.simulations.get(eb)
             texts.append(self.game.prompt_text(role, o, turn, sim if sim is not None and sim.turn == turn else None))
         return texts
@@ -107,6 +110,10 @@ class PoolStates:
         others = [int(self.slots[env, b]) for b in range(k) if b != best]
         if others:
             self.pool.fork(int(self.slots[env, best]), others)
+
+    def describe(self, name: str, env: int, branch: int) -> dict[str, object]:
+        """The observation agent `name` was shown in this turn's prompt (transcripts; `revisited`)."""
+        return {"obs": self.shown.get((env, branch), "")}
 
     def close(self) -> None:
         self.pool.close()
