@@ -147,7 +147,7 @@ def test_cli_subprocess_smoke(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(("turns", "revisits"), [(4, True), (1, False)])
-def test_games_count_the_failures_that_came_back_to_a_state(tiny, tmp_path, monkeypatch, turns, revisits):
+def test_games_count_the_failures_that_came_back_to_a_state(tiny, tmp_path, monkeypatch, capsys, turns, revisits):
     """A plan agent that answers "[U,D]" every turn stands, after its second turn at the latest, where it
     stood before (U then D undo each other, or U is blocked and D then U, D shuttle): with 4 turns every
     failed episode came back to a state, and with one turn none can."""
@@ -160,6 +160,7 @@ def test_games_count_the_failures_that_came_back_to_a_state(tiny, tmp_path, monk
     failed = [r for r in map(json.loads, log.read_text().splitlines()) if not r["correct"]]
     assert failed and res["problems"] - res["solved"] == len(failed)
     assert res["failed_revisiting"] == (len(failed) if revisits else 0)
+    assert f"{res['failed_revisiting']} of {len(failed)} failed episodes came back" in capsys.readouterr().out
     # Each row's observation is the state the agent was shown: the first is the level as reset.
     pool = EnvPool("planpath", 1, **GameWorkflow(load_config(None, [])).env_config)
     for r in failed:

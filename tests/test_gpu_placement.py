@@ -12,7 +12,7 @@ from atgrpo.config import load_config
 from atgrpo.devices import collective_backend, collective_device, resolve_device
 from atgrpo.engines.factory import sequence_budget
 from atgrpo.errors import PlacementError
-from atgrpo.launch.gpu_plan import CONTEXT_BYTES, GB, ModelShape, colocated, learner_parts, plan
+from atgrpo.launch.gpu_plan import CONTEXT_BYTES, GB, LOGIT_BYTES, ModelShape, colocated, learner_parts, plan
 from atgrpo.launch.local import child_env, learner_command
 from atgrpo.models.folder import ModelFacts
 
@@ -196,7 +196,7 @@ H200_PEAKS = {("torch", 0, True): 35.25, ("deepspeed", 1, True): 41.88, ("deepsp
 """An H200, 2026-11-26."""
 H100_H200_PEAKS = {("torch", 0, True): 34.78, ("deepspeed", 1, True): 41.42, ("deepspeed", 2, True): 37.97,
                    ("deepspeed", 3, True): 41.12, ("torch", 0, False): 64.40}
-"""An H100 and another H200, 2026-11-27: the same to 0.01 GB (the plan counted 4 bytes a saved
+"""An H100 (2026-11-26) and another H200 (2026-11-27): the same to 0.01 GB (the plan counted 4 bytes a saved
 activation under autocast then, 1.103 x the last case's peak)."""
 MEASURED = [(case, peaks[case]) for peaks in (H200_PEAKS, H100_H200_PEAKS) for case in sorted(peaks)]
 
@@ -225,3 +225,18 @@ def test_policies_that_step_in_turn_add_one_step_at_the_peak():
     kept = parts["weights"] + parts["optimizer"]
     step = parts["gradients"] + parts["working"]
     assert learner.need() == CONTEXT_BYTES + 2 * kept + step
+
+
+def test_saved_activations_count_4_bytes_a_value_in_fp32_and_3_5_under_autocast():
+    """fp32 saves every value in 4 bytes; under autocast the matmul inputs are bf16 (3.3 measured)."""
+    shape = ModelShape.from_hf_config(QWEN3_1_7B)
+
+    def working(dtype: str) -> int:
+        cfg = load_config(None, [f"train.dtype='{dtype}'", "train.gradient_checkpointing=false"])
+        return learner_parts(shape, cfg, ranks=1)["working"]
+
+    cfg = load_config(None, [])
+    values = cfg.train.micro_batch_tokens * shape.layers * (8 * shape.hidden + 4 * shape.intermediate)
+    logits = min(cfg.train.logit_chunk_tokens, cfg.train.micro_batch_tokens) * shape.vocab * LOGIT_BYTES
+    assert working("float32") == 4 * values + logits
+    assert working("bfloat16") == int(3.5 * values) + 2 * shape.params + logits

@@ -15,7 +15,8 @@ on the built tiny model, in fp32:
 
 Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
 code on the CPU (that is how CI keeps it working). It ran without vLLM on an H200 and an H100 on
-2026-11-26 (tiny model) and on an H100 on 2026-11-27 (SmolLM2) (docs/gpus.md).
+2026-11-26 (tiny model), on an H100 on 2026-11-27 (SmolLM2) and on another H200 on 2026-11-27
+(tiny model, every case) (docs/gpus.md).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine
 `--engine vllm`.
 Results are printed as a table and, with `--out`, written as JSON; `--transcripts PATH` writes what
 every agent said on each problem as JSONL (`atgrpo.cli.transcripts`). For games the table also counts
-the failed episodes that came back to a state they had stood on (`revisited`): under greedy decoding
-a team that does so is usually caught in a loop. Exit status 2 on bad arguments.
+the failed episodes that came back to a state they had stood on, or stayed on it (`revisited`):
+under greedy decoding a team that does so is usually caught in a loop. Exit status 2 on bad arguments.
 """
 
 from __future__ import annotations

@@ -156,8 +156,8 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int, policy: str | N
     # Saved activations: DeepSpeed's bf16 module keeps bf16 ones; under autocast the residual stream
     # and the norms stay fp32 beside bf16 matmul inputs: 3.3 bytes a value on an H100 and an H200
     # (the Qwen3-1.7B shape without checkpointing), counted as 3.5. Counting 4 put the plan 10% over
-    # that peak, refusing runs that fit.
-    act_bytes = 2 if module_bf16 else 3.5
+    # that peak, refusing runs that fit. In fp32 every value is 4 bytes.
+    act_bytes = 2 if module_bf16 else 3.5 if tr.dtype == "bfloat16" else 4
     tokens = tr.micro_batch_tokens
     per_layer = 8 * shape.hidden + 4 * shape.intermediate
     if tr.gradient_checkpointing:
