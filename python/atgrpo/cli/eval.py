@@ -257,7 +257,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "pass_at_k": pass_at,
         "wall_s": wall,
         "per_problem": [{"id": i, "correct": c, "samples": n} for i, c in zip(ids, correct)],
-        "failed_revisiting": sum(1 for r in records if not r["correct"] and revisited(r)) if cfg.task.task in GAME_TASKS else None,
+        "failed_revisiting": (sum(1 for r in records if not r["correct"] and revisited(r))
+                              if cfg.task.task in GAME_TASKS else None),
     }
 
 
@@ -275,7 +276,8 @@ def format_table(res: dict[str, Any]) -> str:
     ]
     if res.get("failed_revisiting") is not None:
         failed = res["problems"] * res["samples_per_problem"] - res["solved"]
-        rows.insert(-1, ("revisits", f"{res['failed_revisiting']} of {failed} failed episodes came back to a state they had stood on"))
+        came_back = f"{res['failed_revisiting']} of {failed} failed episodes came back to a state they had stood on"
+        rows.insert(-1, ("revisits", came_back))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

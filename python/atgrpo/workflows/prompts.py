@@ -6,8 +6,8 @@ the plan agent, `tool_section` (the `tool_view` template filled with the tool ag
 and its simulated outcome; empty in single-agent runs). `compact` templates are for the small
 built-in model (character tokenizer, short prompts); `paper` templates are the paper-style
 instructions for real chat models and are wrapped in the tokenizer's chat template
-(`encode_prompt`). `compact_turn` (games) is `compact` with the turn number. Whatever one agent is shown of another's output is cut (`clip`), so prompts stay
-bounded whatever the model writes.
+(`encode_prompt`). `compact_turn` (games) is `compact` with the turn number. Whatever one agent is
+shown of another's output is cut (`clip`), so prompts stay bounded whatever the model writes.
 """
 
 from __future__ import annotations
