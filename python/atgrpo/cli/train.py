@@ -1,4 +1,5 @@
-"""`atgrpo-train`: one learner and N actors on this host over a private ipc socket (`launch.local`).
+"""`atgrpo-train`: one learner and N actors on this host over a private ipc socket (`launch.local`),
+or on a Ray cluster with `launch.backend = "ray"` (`launch.ray_run`).
 
 `--print-commands` prints the commands for a multi-host run instead of starting anything.
 """
@@ -59,18 +60,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_commands:
         print_commands(args, cfg)
         return 0
-    from atgrpo.errors import PlacementError
-    from atgrpo.launch.gpu_plan import check_plan
-    from atgrpo.launch.local import LocalRun, learner_command
+    from atgrpo.errors import LaunchError, PlacementError
 
     n_actors = args.actors if args.actors is not None else cfg.launch.actors
-    learner = learner_command(child_cmd("atgrpo.cli.learner", args, []), len(cfg.launch.learner_devices))
     try:
+        if cfg.launch.backend == "ray":
+            from atgrpo.launch.ray_run import RayRun
+
+            return RayRun(cfg, n_actors).run()
+        from atgrpo.launch.gpu_plan import check_plan
+        from atgrpo.launch.local import LocalRun, learner_command
+
         for load in check_plan(cfg):
             print(f"plan: {load.describe()}", flush=True)
+        learner = learner_command(child_cmd("atgrpo.cli.learner", args, []), len(cfg.launch.learner_devices))
         return LocalRun(cfg, learner, child_cmd("atgrpo.cli.actor", args, []), n_actors).run()
     except PlacementError as exc:  # the plan, or a device a child's environment cannot name
         sys.exit(f"placement error: {exc}")
+    except LaunchError as exc:  # the Ray cluster: missing, unreachable, too small, a node lost at start
+        sys.exit(f"launch error: {exc}")
 
 
 if __name__ == "__main__":

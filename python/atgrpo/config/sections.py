@@ -317,9 +317,46 @@ class TransportSection(Section):
     the port can then fetch the weights and submit samples. Logged as a warning."""
 
 
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+"""Ray's own resources, which `launch.ray_*_resources` may not name (they have their own settings)."""
+
+
 class LaunchSection(Section):
+    backend: Literal["local", "ray"] = "local"
+    """Who starts and supervises the run's processes. local: `atgrpo-train` starts them on this host
+    (ipc). ray: a Ray cluster places them (one placement group per run), restarts a lost actor and
+    stops them all at the end (`atgrpo.launch.ray_run`, docs/cluster.md); units, samples and weights
+    still travel over ZeroMQ (tcp, CURVE keys made for the run)."""
+    ray_address: str | None = None
+    """The Ray cluster of `backend = "ray"`: `host:port` of its head (GCS), `ray://host:port`, or
+    "auto". None: the cluster `RAY_ADDRESS` names or one already running on this machine, else a
+    local Ray instance started for the run (so the same config runs on a laptop)."""
+    ray_connect_timeout_s: float = Field(default=30.0, gt=0.0)
+    """Seconds to reach the Ray cluster before the run stops with an error naming the address."""
+    ray_placement_timeout_s: float = Field(default=60.0, gt=0.0)
+    """Seconds the run's placement group may take to be reserved (and every process to start on
+    it) before the run stops with an error naming what was asked and what each node has."""
+    ray_actor_gpus: float = Field(default=1.0, gt=0.0, le=1.0)
+    """GPUs of each actor when `rollout.device` is a GPU: 1 a GPU of its own, 0.5 two actors on one."""
+    ray_actor_cpus: float = Field(default=1.0, gt=0.0)
+    """CPUs Ray reserves for each actor."""
+    ray_learner_cpus: float = Field(default=1.0, gt=0.0)
+    """CPUs Ray reserves for each learner rank."""
+    ray_actor_resources: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources each actor's bundle asks for (e.g. `{rollout_node = 1}` to keep actors on
+    nodes started with that resource)."""
+    ray_learner_resources: dict[str, float] = Field(default_factory=dict)
+    """Custom Ray resources each learner rank's bundle asks for."""
+    ray_learner_spread: bool = False
+    """Learner ranks on several nodes: one bundle per rank anywhere in the cluster, with
+    `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE` set for torch.distributed. False (the default):
+    every rank on one node, started there by torchrun, as on one host."""
+    max_actor_restarts: int = Field(default=2, ge=0)
+    """Times each actor is started again after it dies (Ray: also after its node is lost, then on
+    another node); once every actor is past it, the run stops."""
     actors: int = Field(default=2, ge=1)
-    """Actor processes `atgrpo-train` starts on this host; a step's units are shared among them."""
+    """Actor processes `atgrpo-train` starts (on this host, or on the Ray cluster); a step's units
+    are shared among them."""
     learner_threads: int = Field(default=0, ge=0)
     """torch intra-op threads of each learner rank (0: torch's default, one per core)."""
     actor_threads: int = Field(default=1, ge=1)
@@ -347,6 +384,10 @@ class LaunchSection(Section):
     def _devices(self) -> "LaunchSection":
         if any(g < 0 for g in self.learner_devices) or len(set(self.learner_devices)) != len(self.learner_devices):
             raise ValueError(f"launch.learner_devices: GPU indices must be distinct and >= 0, got {self.learner_devices}")
+        custom = [*self.ray_actor_resources.items(), *self.ray_learner_resources.items()]
+        if any(v <= 0 or k in RAY_BUILTIN_RESOURCES for k, v in custom):
+            raise ValueError("launch.ray_*_resources: custom resources with amounts > 0 (CPUs and GPUs have "
+                             f"their own settings), got actor {self.ray_actor_resources}, learner {self.ray_learner_resources}")
         if any(g < 0 for g in self.actor_devices):
             raise ValueError(f"launch.actor_devices: GPU indices must be >= 0, got {self.actor_devices}")
         if self.actor_devices:

@@ -41,6 +41,7 @@ from atgrpo.errors.runtime import (
     PlacementError,
     ConfigChangedError,
     EvalError,
+    LaunchError,
     LearningSuiteError,
     ModelImportError,
     PromptTooLongError,
@@ -73,6 +74,7 @@ from atgrpo.errors.transport import (
 __all__ = [
     "ActorError",
     "BenchNotRunError",
+    "LaunchError",
     "LearningSuiteError",
     "ConfigChangedError",
     "AddressError",

@@ -55,6 +55,11 @@ class PlacementError(AtgrpoError, ValueError):
     (`atgrpo.placement`)."""
 
 
+class LaunchError(AtgrpoError, RuntimeError):
+    """A launcher could not start the run's processes: the Ray cluster is missing, unreachable, too
+    small, or lost a node while the run started (`atgrpo.launch.ray_cluster`)."""
+
+
 class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 

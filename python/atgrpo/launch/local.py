@@ -21,15 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-import msgspec
-
 from atgrpo.config import RunConfig
 from atgrpo.errors import PlacementError
-from atgrpo.launch.progress import Progress
-from atgrpo.messages import EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress
+from atgrpo.launch.events import LearnerView, describe
 
-MAX_ACTOR_RESTARTS = 2
-"""A crashed actor is started again this many times; when every actor is past it, the run stops."""
 GRACE_S = 600.0
 """How long the learner gets after Ctrl-C to checkpoint and evaluate before it is killed."""
 
@@ -42,24 +37,6 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
-def describe(event: LearnerEvent, cfg: RunConfig) -> str | None:
-    """The line a user sees for a learner event (None: nothing to show)."""
-    if isinstance(event, WarmStartProgress):
-        return f"[{event.policy}] warm start step {event.step}/{event.steps} loss {event.loss:.3f}"
-    if isinstance(event, Resumed):
-        return f"resumed from {event.checkpoint} at step {event.step}"
-    if isinstance(event, EvalSummary):
-        return f"eval ({event.label}) at step {event.step}: held-out success {event.success:.3f} over {event.levels} levels"
-    if isinstance(event, Stopping):
-        return f"stopping early at step {event.step} ({event.reason})"
-    if isinstance(event, Failed):
-        return f"learner error: {event.error}"
-    if isinstance(event, RunSummary) and event.eval_start is not None and event.eval_end is not None:
-        return (f"held-out success ({cfg.run.eval_seeds} eval levels): {100 * event.eval_start:.1f}% -> "
-                f"{100 * event.eval_end:.1f}% ({event.improvement_points:+.1f} points) after {event.steps} steps")
-    return None
-
-
 class LocalRun:
     def __init__(self, cfg: RunConfig, learner_cmd: list[str], actor_cmd: list[str], n_actors: int) -> None:
         self.cfg = cfg
@@ -70,15 +47,14 @@ class LocalRun:
         self.logs = self.out / "logs"
         self.actors: list[subprocess.Popen | None] = []
         self.restarts: dict[int, int] = {}
-        self.progress: Progress | None = None
-        self.summary: RunSummary | None = None
+        self.view = LearnerView(cfg, self.hand_address, self.out / "metrics.jsonl")
         self.address: str | None = None
         self.lock = threading.Lock()
         """Guards `actors` and `address`: the event reader hands out the address while the main
         loop may restart an actor."""
 
     def say(self, text: str) -> None:
-        (self.progress.write(text) if self.progress else print(text, flush=True))
+        self.view.say(text)
 
     def spawn_actor(self, i: int) -> subprocess.Popen:
         """Actor `i`, against the hub's address once known; before that it waits for it on stdin
@@ -108,21 +84,8 @@ class LocalRun:
 
     def read_events(self, learner: subprocess.Popen) -> None:
         assert learner.stdout is not None
-        decoder = msgspec.json.Decoder(LearnerEvent)
         for line in learner.stdout:
-            try:
-                event = decoder.decode(line)
-            except msgspec.DecodeError:
-                self.say(line.rstrip())  # not an event: something the learner's libraries printed
-                continue
-            if isinstance(event, HubReady):
-                self.hand_address(event.address)
-                self.progress = Progress(self.out / "metrics.jsonl", self.cfg.run.steps)
-            elif isinstance(event, RunSummary):
-                self.summary = event
-            text = describe(event, self.cfg)
-            if text:
-                self.say(text)
+            self.view.line(line)
 
     def watch_actors(self, learner: subprocess.Popen) -> None:
         with self.lock:
@@ -131,12 +94,12 @@ class LocalRun:
                     continue
                 self.restarts[i] = self.restarts.get(i, 0) + 1
                 self.say(f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)")
-                if self.restarts[i] <= MAX_ACTOR_RESTARTS:
+                if self.restarts[i] <= self.cfg.launch.max_actor_restarts:
                     self.actors[i] = self.spawn_actor(i)
                     continue
                 self.actors[i] = None
                 if all(x is None for x in self.actors):
-                    print(f"every actor failed {MAX_ACTOR_RESTARTS + 1} times; stopping the learner", file=sys.stderr)
+                    print(f"every actor failed {self.cfg.launch.max_actor_restarts + 1} times; stopping the learner", file=sys.stderr)
                     stop_process(learner)
 
     def run(self) -> int:
@@ -175,12 +138,9 @@ class LocalRun:
             for a in self.actors:
                 stop_process(a)
             stop_process(learner)
-            if self.progress is not None:
-                self.progress.close()
+            self.view.close(str(self.logs))
             learner_log.close()
-        if self.summary is not None:
-            print(f"metrics: {self.out / 'metrics.jsonl'}  curve: {self.summary.learning_curve}  logs: {self.logs}")
-        elif learner.returncode:
+        if self.view.summary is None and learner.returncode:
             print(f"learner failed (exit {learner.returncode}); see {self.logs / 'learner.log'}", file=sys.stderr)
         if interrupted:
             return interrupted
