@@ -299,6 +299,9 @@ class RayRun:
         try:
             group = self._group()
             self.conn = connect(self.cfg, group)
+            # ray.init installs its own SIGTERM handlers (exit at once); a stop must checkpoint first.
+            signal.signal(signal.SIGTERM, _raise_terminated)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             self.pg = reserve(self.cfg, group, self.tag)
             self._start(group)
             self._await_learner_start()

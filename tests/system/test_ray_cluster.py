@@ -1,0 +1,227 @@
+"""`launch.backend = "ray"` on a Ray cluster of three simulated nodes on this machine
+(`ray.cluster_utils.Cluster`): a head that alone offers `learner_slot`, and two workers that alone
+offer `actor_slot`, so that placement is forced across them. Each run is the real `atgrpo-train`
+(the Ray driver) against that cluster, with the tiny model.
+
+- a clean run trains, its actors ran on the two workers and its learner on the head (processes.jsonl),
+  and nothing of it is left on the cluster: no Ray actor, placement group or process;
+- SIGKILL of an actor process mid-run: Ray restarts it, the run finishes, and it trained on exactly
+  the samples of the clean run (the same metrics that depend only on what was sampled and trained;
+  staleness 0: every sample's version was the one its unit was leased under);
+- a worker node removed mid-run: its actor comes back on the other worker, same result;
+- SIGTERM to the driver (what `ray job stop` sends): a checkpoint; a new run on the same out_dir
+  resumes from it and finishes;
+- too few resources: an error naming them within seconds, and no placement group left pending;
+- CURVE: a client without the run's keys never gets an answer from the hub.
+Every node listens on 127.0.0.1 only (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: Ray's loopback mode).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from systest_util import child_env, kill_tree, module_cmd, set_args, tiny_sets, train_rows, wait_for
+
+# Before Ray is imported (it reads this once): every node, and the hub, on 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install 'atgrpo[ray]')")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+STEPS = 8
+RUN_TIMEOUT_S = 300.0
+SAME = (
+    "rollout/samples", "learner/samples", "learner/groups", "rollout/reward_mean", "rollout/success",
+    "rollout/episode_return", "rollout/turns", "learner/shared/loss", "learner/shared/tokens", "learner/shared/version",
+)
+"""Metrics that depend only on what was sampled and trained, never on who sampled it, where or when."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"learner_slot": 1},
+                                                      "include_dashboard": False})
+    for _ in range(2):
+        c.add_node(num_cpus=2, resources={"actor_slot": 2})
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="atgrpo-tests", logging_level="WARNING", log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def ray_sets(out: Path, cluster: Cluster, **extra: object) -> list[str]:
+    return tiny_sets(out, **{
+        "run__steps": STEPS, "run__checkpoint_every": 2, "launch__actors": 2, "launch__backend": '"ray"',
+        "launch__ray_address": json.dumps(cluster.address), "launch__ray_actor_resources": "{actor_slot=1}",
+        "launch__ray_learner_resources": "{learner_slot=1}", "launch__ray_placement_timeout_s": 20,
+        "transport__unit_timeout_s": 5, **extra,
+    })
+
+
+def start(out: Path, sets: list[str]) -> tuple[subprocess.Popen, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    log = out.parent / f"{out.name}-driver.log"
+    proc = subprocess.Popen(module_cmd("atgrpo.cli.train", *set_args(sets)), stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
+    return proc, log
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> int:
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        pytest.fail(f"atgrpo-train (ray) did not finish within {timeout_s} s:\n{log.read_text()[-4000:]}")
+
+
+def processes(out: Path) -> list[dict]:
+    path = out / "processes.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def reached(out: Path, step: int) -> bool:
+    """Step `step` of the run in `out` is in its metrics."""
+    path = out / "metrics.jsonl"
+    return path.exists() and step in train_rows(path)
+
+
+def node_ids(cluster: Cluster) -> tuple[str, set[str]]:
+    head = cluster.head_node.node_id
+    return head, {n.node_id for n in cluster.worker_nodes}
+
+
+def assert_nothing_left(tag_out: Path) -> None:
+    """No placement group of the run is held, no Ray actor alive, no process of the run running."""
+    from ray._private.state import actors
+
+    def leftovers() -> list[str]:
+        alive = [a for a in actors().values() if a.get("State") != "DEAD" and a.get("RayNamespace") == "atgrpo"]
+        held = [g for g in ray.util.placement_group_table().values() if g.get("state") not in ("REMOVED",)]
+        procs = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                 if p.info["cmdline"] and str(tag_out) in " ".join(p.info["cmdline"])]
+        return [*(f"actor {a.get('Name')}" for a in alive), *(f"group {g.get('name')}" for g in held), *map(str, procs)]
+
+    wait_for(lambda: not leftovers() or None, 30, "the run's actors, group and processes to be gone")
+
+
+def same_training(got: dict[int, dict], want: dict[int, dict]) -> None:
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for s in got:
+        assert got[s]["rollout/samples"] == want[s]["rollout/samples"] > 0
+        assert got[s].get("rollout/staleness_max", 0.0) == 0.0
+        diff = {k: (got[s].get(k), want[s].get(k)) for k in SAME if got[s].get(k) != want[s].get(k)}
+        assert not diff, f"step {s} differs from the clean run: {diff}"
+
+
+@pytest.fixture(scope="module")
+def clean(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("ray") / "clean"
+    proc, log = start(out, ray_sets(out, cluster))
+    assert finish(proc, log) == 0, log.read_text()[-4000:]
+    return out, log.read_text()
+
+
+def test_trains_with_actors_on_the_workers_and_leaves_nothing(cluster: Cluster, clean: tuple[Path, str]) -> None:
+    out, text = clean
+    assert "held-out success" in text and "metrics:" in text  # the same closing lines as the local launcher
+    rows = processes(out)
+    head, workers = node_ids(cluster)
+    where = {r["name"]: r["node_id"] for r in rows}
+    assert where["learner"] == head
+    assert {where["actor0"], where["actor1"]} == workers  # spread: one actor on each worker
+    assert all(r["event"] == "started" for r in rows)
+    assert sorted(train_rows(out / "metrics.jsonl")) == list(range(1, STEPS + 1))
+    assert all((out / "logs" / f"{n}.log").stat().st_size > 0 for n in ("learner", "actor0", "actor1"))
+    assert_nothing_left(out)
+
+
+def test_killed_actor_is_restarted_and_changes_nothing_but_time(
+    cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "kill"
+    proc, log = start(out, ray_sets(out, cluster))
+    victim = wait_for(lambda: next((r for r in processes(out) if r["name"] == "actor0"), None), 120,
+                      "actor0 to start", proc)
+    wait_for(lambda: reached(out, 1), 120, "step 1", proc)
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert finish(proc, log) == 0, log.read_text()[-4000:]
+    again = [r for r in processes(out) if r["name"] == "actor0" and r["event"] == "restarted"]
+    assert again and again[0]["pid"] != victim["pid"], processes(out)
+    assert "actor0 restarted by Ray" in log.read_text()
+    same_training(train_rows(out / "metrics.jsonl"), train_rows(clean[0] / "metrics.jsonl"))
+    assert_nothing_left(out)
+
+
+def test_client_without_the_run_keys_cannot_join(cluster: Cluster, tmp_path: Path) -> None:
+    from atgrpo.errors import TransportTimeout
+    from atgrpo.messages import PROTOCOL_VERSION, Hello
+    from atgrpo.transport.endpoints import ActorClient
+
+    out = tmp_path / "curve"
+    proc, log = start(out, ray_sets(out, cluster, run__steps=30))
+    address = wait_for(lambda: (m := re.search(r"hub at (tcp://\S+)", log.read_text())) and m.group(1), 120,
+                       "the hub's address", proc)
+    with ActorClient(address, "intruder", curve_keys=None) as client, pytest.raises(TransportTimeout):
+        client.request(Hello(PROTOCOL_VERSION, "intruder", "planpath-atgrpo", ["shared"]), timeout_s=3)
+    proc.send_signal(signal.SIGINT)
+    assert finish(proc, log) == 130, log.read_text()[-4000:]
+    assert_nothing_left(out)
+
+
+def test_stop_checkpoints_and_a_new_job_resumes(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "stop"
+    proc, log = start(out, ray_sets(out, cluster, run__checkpoint_every=0))
+    wait_for(lambda: reached(out, 2), 120, "step 2", proc)
+    proc.send_signal(signal.SIGTERM)  # `ray job stop` signals the driver so
+    assert finish(proc, log) == 143, log.read_text()[-4000:]
+    saved = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert saved, log.read_text()[-4000:]
+    assert_nothing_left(out)
+    proc, log2 = start(out, ray_sets(out, cluster))
+    assert finish(proc, log2) == 0, log2.read_text()[-4000:]
+    step = int(saved[-1].removeprefix("step_"))
+    assert f"at step {step}" in log2.read_text()
+    assert max(train_rows(out / "metrics.jsonl")) == STEPS
+
+
+def test_too_few_resources_is_an_error_naming_them(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "big"
+    began = time.monotonic()
+    proc, log = start(out, ray_sets(out, cluster, launch__ray_actor_resources="{actor_slot=3}"))
+    assert finish(proc, log, 120) != 0
+    text = log.read_text()
+    assert "launch error: the Ray cluster cannot hold this run" in text and "actor_slot: 3" in text, text[-3000:]
+    assert "actor_slot: 2" in text  # what each worker has
+    assert time.monotonic() - began < 90  # seconds, not a group waiting forever (start-up included)
+    assert_nothing_left(out)
+
+
+def test_lost_node_brings_its_actor_back_on_the_other(
+    cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "node"
+    proc, log = start(out, ray_sets(out, cluster))
+    wait_for(lambda: len(processes(out)) >= 3 or None, 120, "every process to start", proc)
+    wait_for(lambda: reached(out, 1), 120, "step 1", proc)
+    lost = next(r for r in processes(out) if r["name"] == "actor1")
+    node = next(n for n in cluster.worker_nodes if n.node_id == lost["node_id"])
+    cluster.remove_node(node, allow_graceful=False)
+    try:
+        assert finish(proc, log) == 0, log.read_text()[-4000:]
+        back = [r for r in processes(out) if r["name"] == "actor1" and r["event"] == "restarted"]
+        assert back and back[-1]["node_id"] != lost["node_id"], processes(out)
+        same_training(train_rows(out / "metrics.jsonl"), train_rows(clean[0] / "metrics.jsonl"))
+        assert_nothing_left(out)
+    finally:
+        cluster.add_node(num_cpus=2, resources={"actor_slot": 2})
+        cluster.wait_for_nodes()
