@@ -183,4 +183,22 @@ def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> Any:
     return pg
 
 
-__all__ = ["Bundle", "Connection", "RAY_EXTRA", "bundles", "connect", "describe_nodes", "import_ray", "reserve", "unfit"]
+def cluster_gpu_bytes(timeout_s: float) -> int:
+    """Memory of one GPU of the cluster, asked of a GPU node (Ray counts GPUs, not their memory):
+    the plan's GPU size when `launch.gpu_memory_gb` does not give it."""
+    import ray
+
+    def total() -> int:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+
+    try:
+        return ray.get(ray.remote(num_gpus=1, num_cpus=0)(total).remote(), timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - no free GPU in time, or none with CUDA
+        raise LaunchError(f"could not ask a GPU node for its memory within {timeout_s:g} s ({exc}); set "
+                          "launch.gpu_memory_gb to plan without asking") from None
+
+
+__all__ = ["Bundle", "Connection", "RAY_EXTRA", "bundles", "cluster_gpu_bytes", "connect", "describe_nodes", "import_ray",
+           "reserve", "unfit"]

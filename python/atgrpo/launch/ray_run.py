@@ -36,7 +36,7 @@ from atgrpo.config import RunConfig, dump_config
 from atgrpo.errors import LaunchError, PlacementError
 from atgrpo.launch.events import LearnerView
 from atgrpo.launch.local import GRACE_S, Terminated, _raise_terminated
-from atgrpo.launch.ray_cluster import NAMESPACE, Bundle, bundles, connect, reserve
+from atgrpo.launch.ray_cluster import NAMESPACE, Bundle, bundles, cluster_gpu_bytes, connect, reserve
 from atgrpo.launch.ray_host import ChildSpec, ProcessHost
 
 POLL_S = 0.25
@@ -72,10 +72,30 @@ def check_ray_config(cfg: RunConfig) -> None:
     if cfg.launch.actor_devices:
         raise PlacementError("launch.actor_devices names GPUs of one host; under launch.backend = 'ray', Ray assigns "
                              "each actor its GPU: set launch.ray_actor_gpus (1, or a fraction to share) instead")
+    for setting, device in (("train.device", cfg.train.device), ("rollout.device", cfg.rollout.device)):
+        if device.startswith("cuda:"):
+            raise PlacementError(f"{setting} = {device!r}: under Ray each process sees only the GPUs Ray gave it; "
+                                 "say 'cuda' (Ray picks the GPU) or 'cpu'")
     ep = cfg.transport.endpoint
     if ep and not ep.startswith("tcp://"):
         raise PlacementError(f"transport.endpoint = {ep!r}: a Ray run's hub binds tcp on its node; leave it empty "
                              "or give tcp://*:PORT")
+
+
+def ray_plan(cfg: RunConfig, gpu_bytes: int) -> list:
+    """The GPU plan (`gpu_plan.plan`) of the GPUs Ray will hand out: the learner's ranks on GPUs of
+    their own (whole-GPU bundles, never shared), the actors packed `1 / launch.ray_actor_gpus` to a
+    GPU after them. Raises `PlacementError` with the numbers when one GPU would not hold its share."""
+    from atgrpo.launch.gpu_plan import model_shapes, plan
+
+    la = cfg.launch
+    ranks = max(1, len(la.learner_devices)) if cfg.train.device.startswith("cuda") else 0
+    per_gpu = max(1, int(1.0 / la.ray_actor_gpus + 1e-9))
+    actors = [ranks + i // per_gpu for i in range(la.actors)] if cfg.rollout.device.startswith("cuda") else []
+    launch = la.model_copy(update={"learner_devices": list(range(ranks)), "actor_devices": actors})
+    # Both devices "cuda": each process's own GPU is its first visible one, as Ray sets them.
+    virtual = cfg.model_copy(update={"launch": launch})
+    return plan(virtual, model_shapes(cfg), gpu_bytes)
 
 
 def run_keys(cfg: RunConfig) -> tuple[dict[str, bytes], dict[str, bytes]]:
@@ -121,6 +141,17 @@ class RayRun:
     def _group(self) -> list[Bundle]:
         ranks = max(1, len(self.cfg.launch.learner_devices))
         return bundles(self.cfg, ranks, self.n_actors)
+
+    def _check_plan(self) -> None:
+        from atgrpo.launch.gpu_plan import GB
+
+        la, cfg = self.cfg.launch, self.cfg
+        if not (cfg.train.device.startswith("cuda") or cfg.rollout.device.startswith("cuda")):
+            return
+        gpu_bytes = int(la.gpu_memory_gb * GB) if la.gpu_memory_gb else cluster_gpu_bytes(la.ray_placement_timeout_s)
+        for load in ray_plan(cfg.model_copy(update={"launch": la.model_copy(update={"actors": self.n_actors})}),
+                             gpu_bytes):
+            print(f"plan: {load.describe()}", flush=True)
 
     def _host(self, spec: ChildSpec, bundle: Bundle, index: int, restarts: int) -> Any:
         import ray
@@ -299,6 +330,7 @@ class RayRun:
         try:
             group = self._group()
             self.conn = connect(self.cfg, group)
+            self._check_plan()
             # ray.init installs its own SIGTERM handlers (exit at once); a stop must checkpoint first.
             signal.signal(signal.SIGTERM, _raise_terminated)
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -363,4 +395,4 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-__all__ = ["RayRun", "check_ray_config", "resolved", "run_keys"]
+__all__ = ["RayRun", "check_ray_config", "ray_plan", "resolved", "run_keys"]
