@@ -3,7 +3,7 @@
     atgrpo-bench env            # env pool vs the pure-Python reference
     atgrpo-bench kernels        # advantage kernel vs a Python dict loop and numpy
     atgrpo-bench transport      # weight sync and sample streaming over ZMQ vs bare pyzmq
-    atgrpo-bench e2e            # default-config step time split and actor idle vs one process
+    atgrpo-bench e2e            # default-config step time split and actor idle vs one process; Ray vs local launcher
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
     atgrpo-bench memory         # learner step peak memory and time, chunked logits + checkpointing vs before
@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench-results/)")
     parser.add_argument("--device", default="cuda", help="gpu suite: where to run the check (cuda, cuda:N or cpu)")
     parser.add_argument("--no-vllm", action="store_true", help="gpu suite: leave the vLLM engine out")
+    parser.add_argument("--launchers-only", action="store_true",
+                        help="e2e suite: only the Ray launcher against the local one (the modes left out)")
     args = parser.parse_args(argv)
 
     # One core, as the targets are stated: keep BLAS/torch thread pools from skewing the references.
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[BenchRow] = []
     for name in names:
         module = importlib.import_module({**SUITES, **LONG}[name])
+        if name == "e2e":
+            rows += module.run(args.quick, launchers_only=args.launchers_only)
+            continue
         if name != "gpu":
             rows += module.run(args.quick)
             continue

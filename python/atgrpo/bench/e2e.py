@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow
@@ -47,6 +48,10 @@ TARGETS = {("split", "streaming"): 1.3, ("split", "pipelined k=1"): 1.7}
 """Speed-up over alternating asked for on split placement (issue 12)."""
 ACTOR_BUSY_TARGET = 0.85
 """Actor busy fraction asked for under k=1 on split placement."""
+LAUNCHERS = {"local": [], "ray": ['launch.backend="ray"']}
+"""The launchers `run` compares (issue 37): the same config, processes started by this host or by Ray."""
+RAY_STEP_TARGET = 0.95
+"""Local step time over Ray step time asked for: Ray only places and supervises, it carries nothing."""
 BUSY = ("time/actor_generate_s", "time/actor_env_s", "time/actor_sync_s")
 
 
@@ -60,15 +65,35 @@ def _overrides(out: Path, steps: int, quick: bool) -> list[str]:
     return sets
 
 
-def _system_run(out: Path, sets: list[str]) -> list[dict]:
+def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
+    """Run `atgrpo-train` to the end: its training rows, and its start-up time (from the command's
+    start to the end of step 1, less step 1's own time: process starts, placement, the start
+    evaluation, the actors joining)."""
     cmd = [sys.executable, "-m", "atgrpo.cli.train"]
     for s in sets:
         cmd += ["--set", s]
     # As a user runs it: the bench CLI pins OMP_NUM_THREADS=1 for its one-core suites, not for this one.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    subprocess.run(cmd, check=True, timeout=1800, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if "rollout/samples" in r]
+    env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a Ray run's local instance on loopback only
+    metrics = out / "metrics.jsonl"
+    began = time.monotonic()
+    first: float | None = None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        while proc.poll() is None:
+            if first is None and metrics.exists() and '"rollout/samples"' in metrics.read_text():
+                first = time.monotonic() - began
+            if time.monotonic() - began > 1800:
+                raise subprocess.TimeoutExpired(cmd, 1800)
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "rollout/samples" in r]
+    return rows, (first if first is not None else time.monotonic() - began) - rows[0]["time/step_s"]
 
 
 def _in_process(sets: list[str], steps: int) -> list[float]:
@@ -108,15 +133,44 @@ def _placements() -> dict[str, list[str]]:
     return PLACEMENTS
 
 
-def run(quick: bool) -> list[BenchRow]:
+def _launchers(root: Path, steps: int, quick: bool, local: dict[str, float] | None = None,
+               local_startup: float = 0.0, models: Path | None = None) -> list[BenchRow]:
+    """The Ray launcher beside the local one: the default (streaming) mode on shared cores, the same
+    warm-started model, a local Ray instance on this machine. Step time (Ray adds nothing per step:
+    the data plane is the same ZeroMQ) and start-up time of each."""
+    figures, startups = {}, {}
+    for name, extra in LAUNCHERS.items():
+        if name == "local" and local is not None:
+            figures[name], startups[name] = local, local_startup
+            continue
+        out = root / f"launcher-{name}"
+        out.mkdir()
+        if models is not None:
+            shutil.copytree(models, out / "models")
+        sets = _overrides(out, steps, quick) + MODES["streaming"] + extra
+        train_rows, startups[name] = _system_run(out, sets)
+        figures[name] = _figures(train_rows, load_config(None, sets).launch.actors)
+        models = models or out / "models"
+    local_fig, ray_fig = figures["local"], figures["ray"]
+    step = BenchRow("e2e", "Ray launcher, streaming, shared cores: step time", ray_fig["step_s"], "s",
+                    "local launcher, same run", local_fig["step_s"], higher_is_better=False, extra=ray_fig,
+                    target=f">= {RAY_STEP_TARGET}x")
+    step.target_met = step.ratio >= RAY_STEP_TARGET
+    start = BenchRow("e2e", "Ray launcher: start-up (to step 1, less the step)", startups["ray"], "s",
+                     "local launcher start-up", startups["local"], higher_is_better=False)
+    return [step, start]
+
+
+def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
     steps = 4 if quick else 8
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory(prefix="atgrpo-e2e-") as tmp:
         root = Path(tmp)
         models: Path | None = None
         figures: dict[tuple[str, str], dict[str, float]] = {}
+        startup: dict[tuple[str, str], float] = {}
         actors = 1
-        for placement, place_sets in _placements().items():
+        for placement, place_sets in ({} if launchers_only else _placements()).items():
             for mode, mode_sets in MODES.items():
                 out = root / f"{placement}-{mode.split()[0]}"
                 out.mkdir()
@@ -124,7 +178,8 @@ def run(quick: bool) -> list[BenchRow]:
                 if models is not None:  # the same warm-started model for every run
                     shutil.copytree(models, out / "models")
                 actors = load_config(None, sets).launch.actors
-                figures[placement, mode] = _figures(_system_run(out, sets), actors)
+                train_rows, startup[placement, mode] = _system_run(out, sets)
+                figures[placement, mode] = _figures(train_rows, actors)
                 if models is None:
                     models = out / "models"
                     reference_sets, reference_rows = sets, figures[placement, mode]
@@ -146,6 +201,9 @@ def run(quick: bool) -> list[BenchRow]:
             if placement == "split":
                 busy.target, busy.target_met = f">= {ACTOR_BUSY_TARGET}", fig["actor_busy"] >= ACTOR_BUSY_TARGET
             rows.append(busy)
+        if launchers_only:
+            return _launchers(root, steps, quick)
+        rows += _launchers(root, steps, quick, figures["shared", "streaming"], startup["shared", "streaming"], models)
         ref = _in_process(reference_sets, steps)[1:] or [float("nan")]
         rows.append(BenchRow(
             "e2e", f"shared cores, alternating: step time (1 learner + {actors} actors)", reference_rows["step_s"], "s",
