@@ -4,7 +4,8 @@
 //! (`KernelFeatures`: Landlock ABI, user namespaces, seccomp), make the shared namespaces, and run a
 //! self-test program through the full isolation. If the namespaced self-test fails, the reason goes
 //! into `IsolationReport::warning` and the fallback (no namespaces) is tested instead, unless
-//! `require_namespaces` makes it an error. Every layer the machine lacks is named in
+//! `require_namespaces` makes it an error (`require_landlock`: a Landlock older than the ABI that
+//! gives every layer, checked before anything starts). Every layer the machine lacks is named in
 //! `IsolationReport::missing` (typed) and in `warning`: nothing missing is accepted silently.
 //!
 //! Threads: `workers` OS threads each run one execution at a time (a blocking poll loop). Batches
@@ -23,7 +24,7 @@ use crate::config::SandboxConfig;
 use crate::error::{Result, SandboxError};
 use crate::landlock::Fence;
 use crate::namespaces;
-use crate::probe::{IsolationReport, KernelFeatures, Missing};
+use crate::probe::{landlock_gaps, IsolationReport, KernelFeatures, Missing, LANDLOCK_FULL_ABI};
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
 use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS, ZYGOTE};
 use crate::run::{Isolation, Shared, Worker};
@@ -160,10 +161,18 @@ impl Sandbox {
         let work_root = make_work_root(&cfg)?;
         let isolated = !cfg.unsafe_no_isolation;
         let abi = if isolated { kernel.landlock_abi } else { 0 };
+        let gaps = landlock_gaps(abi);
+        if cfg.require_landlock && !gaps.is_empty() {
+            let lines: Vec<&str> = gaps.iter().map(|(_, note)| *note).collect();
+            return Err(SandboxError::Unavailable(format!(
+                "require_landlock is set but the kernel offers Landlock ABI {abi} (every layer needs {LANDLOCK_FULL_ABI}): {}",
+                lines.join("; ")
+            )));
+        }
         let mut read_paths: Vec<PathBuf> = cfg.read_paths.iter().map(PathBuf::from).collect();
         read_paths.extend(python_prefixes(&python_path));
         let fence = if abi > 0 {
-            Some(Fence::new(&read_paths).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
+            Some(Fence::new(&read_paths, abi).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
         } else {
             None
         };
@@ -240,9 +249,9 @@ impl Sandbox {
                                 report.missing.push(Missing::ReadonlyRoot);
                                 notes.push("mount_setattr unavailable: the root file system is not read-only");
                             }
-                            if abi == 0 {
-                                report.missing.push(Missing::Landlock);
-                                notes.push("no Landlock: files are fenced by the read-only mount namespace and permissions only");
+                            for (layer, note) in landlock_gaps(abi) {
+                                report.missing.push(layer);
+                                notes.push(note);
                             }
                             if !has_seccomp {
                                 report.missing.push(Missing::Seccomp);
@@ -276,12 +285,9 @@ impl Sandbox {
         report.capabilities_dropped = is_root;
         report.missing.push(Missing::Namespaces);
         let mut missing = vec!["no pid/user/network/mount namespaces; child processes are refused"];
-        if abi == 0 {
-            report.missing.push(Missing::Landlock);
-            missing.push("no Landlock: files are protected only by the user's permissions");
-        } else if abi < 6 {
-            report.missing.push(Missing::LandlockScopes);
-            missing.push("Landlock < 6: signals are fenced by seccomp only");
+        for (layer, note) in landlock_gaps(abi) {
+            report.missing.push(layer);
+            missing.push(note);
         }
         if !has_seccomp {
             report.missing.push(Missing::Seccomp);
