@@ -82,8 +82,8 @@ impl Fence {
         let abi = ABI::from(abi.min(LANDLOCK_FULL_ABI) as i32);
         let file_rights = AccessFs::ReadFile | AccessFs::Execute;
         // A rule may only grant rights the ruleset handles (the crate refuses the rest).
-        let dev_rights =
-            (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & AccessFs::from_all(abi);
+        let dev_rights = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev)
+            & AccessFs::from_all(abi);
         let mut read = Vec::new();
         let system = SYSTEM_READ_PATHS.iter().map(PathBuf::from);
         for path in system.chain(read_paths.iter().cloned()) {

@@ -27,7 +27,7 @@ use crate::namespaces;
 use crate::probe::{landlock_gaps, IsolationReport, KernelFeatures, Missing, LANDLOCK_FULL_ABI};
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
 use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS, ZYGOTE};
-use crate::run::{Isolation, Shared, Worker};
+use crate::run::{ChildFilter, Isolation, Shared, Worker};
 use crate::seccomp;
 use crate::spawn::Stacks;
 use crate::sys;
@@ -47,12 +47,12 @@ fn make_work_root(cfg: &SandboxConfig) -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let base = cfg.tmp_root.as_ref().map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let tag: [u8; 6] = sys::random_bytes();
-    let name = format!("atgrpo-sandbox-{}-{}", std::process::id(), tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let name =
+        format!("atgrpo-sandbox-{}-{}", std::process::id(), tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
     let root = base.join(name);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&root)
-        .map_err(|e| SandboxError::InvalidConfig(format!("cannot create a work directory in {}: {e}", base.display())))?;
+    std::fs::DirBuilder::new().mode(0o700).create(&root).map_err(|e| {
+        SandboxError::InvalidConfig(format!("cannot create a work directory in {}: {e}", base.display()))
+    })?;
     // Landlock and the bind mount need the real path (no symlinks such as /tmp -> /private/tmp).
     root.canonicalize().map_err(|e| SandboxError::InvalidConfig(format!("{}: {e}", root.display())))
 }
@@ -75,7 +75,8 @@ fn python_prefixes(python: &Path) -> Vec<PathBuf> {
 fn compile_scripts(python: &Path, scripts: &[&str]) -> Result<Vec<Vec<u8>>> {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let failed = |e: String| SandboxError::Unavailable(format!("{} could not compile the harness: {e}", python.display()));
+    let failed =
+        |e: String| SandboxError::Unavailable(format!("{} could not compile the harness: {e}", python.display()));
     let mut child = Command::new(python)
         .args(["-I", "-S", "-c", COMPILER])
         .env_clear()
@@ -110,9 +111,12 @@ fn compile_scripts(python: &Path, scripts: &[&str]) -> Result<Vec<Vec<u8>>> {
 /// `timeout_s` on a loaded machine must not pass for "this kernel cannot sandbox").
 /// The filter program a zygote's child adds (the deny list with `no_children`), as the bytes of its
 /// `sock_filter`s and its pid slots, for `zygote.py` to patch and install.
-fn child_filter(filter: Option<seccomp::Filter>) -> Option<(Vec<u8>, Vec<(usize, u8)>)> {
+fn child_filter(filter: Option<seccomp::Filter>) -> Option<ChildFilter> {
     let f = filter?;
-    let bytes = f.programs[0].iter().flat_map(|i| [&i.code.to_le_bytes()[..], &[i.jt, i.jf], &i.k.to_le_bytes()].concat()).collect();
+    let bytes = f.programs[0]
+        .iter()
+        .flat_map(|i| [&i.code.to_le_bytes()[..], &[i.jt, i.jf], &i.k.to_le_bytes()].concat())
+        .collect();
     let slots = f.slots.iter().map(|&(_, i, slot)| (i, u8::from(slot == seccomp::Slot::NegPid))).collect();
     Some((bytes, slots))
 }
@@ -127,12 +131,14 @@ fn self_test(shared: &mut Shared) -> std::result::Result<bool, String> {
 }
 
 fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
-    let program = Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
+    let program =
+        Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
     let stacks = Stacks::new().map_err(|e| e.to_string())?;
     let limits = (shared.cfg.timeout_s, shared.cfg.program_timeout_s);
     shared.cfg.timeout_s = limits.0.max(30.0);
     shared.cfg.program_timeout_s = limits.1.max(30.0);
-    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
+    let mut worker =
+        Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
     let result = worker.run(&program);
     let zygote = worker.zygote.take().is_some();
     (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
@@ -140,7 +146,8 @@ fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
     if t.verdict == Verdict::Passed {
         return Ok(zygote);
     }
-    let tail: String = t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+    let tail: String =
+        t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     Err(format!("self-test program got {}: {} {}", t.verdict.as_str(), t.detail, tail).trim_end().to_string())
 }
 
@@ -154,7 +161,14 @@ impl Sandbox {
         cfg.validate()?;
         let python_path = cfg.resolve_python()?;
         let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
-        let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(BOOT).unwrap()].to_vec();
+        let argv = [
+            python.clone(),
+            CString::from(c"-I"),
+            CString::from(c"-S"),
+            CString::from(c"-c"),
+            CString::new(BOOT).unwrap(),
+        ]
+        .to_vec();
         let mut compiled = compile_scripts(&python_path, &[HARNESS, CANDIDATE, ZYGOTE])?.into_iter();
         let mut next = || compiled.next().unwrap_or_default();
         let (harness_code, candidate_code, zygote_code) = (next(), next(), next());
@@ -213,7 +227,8 @@ impl Sandbox {
             use_zygote: false,
         };
         if !isolated {
-            report.warning = Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
+            report.warning =
+                Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
             self_test(&mut shared).map_err(SandboxError::Unavailable)?;
             return Ok(Self::start(shared, report));
         }
@@ -280,7 +295,8 @@ impl Sandbox {
         shared.child_filter = child_filter(filter(true)?);
         shared.use_zygote = true;
         shared.drop_capabilities = is_root;
-        report.zygote = self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
+        report.zygote = self_test(&mut shared)
+            .map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
         report.mode = "fallback";
         report.capabilities_dropped = is_root;
         report.missing.push(Missing::Namespaces);
@@ -347,9 +363,7 @@ impl Sandbox {
         for (i, r) in rx {
             out[i] = Some(r);
         }
-        out.into_iter()
-            .map(|r| r.ok_or(SandboxError::Closed))
-            .collect()
+        out.into_iter().map(|r| r.ok_or(SandboxError::Closed)).collect()
     }
 
     /// Stops taking work, waits for queued and running executions, removes the work root. Idempotent.
@@ -374,16 +388,21 @@ impl Drop for Sandbox {
 }
 
 fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
-    let stacks = match Stacks::new() {
-        Ok(s) => Some(s),
-        Err(_) => None,
-    };
-    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0, zygote: None, zygote_cleaned: false });
+    let stacks = Stacks::new().ok();
+    let mut worker = stacks.map(|stacks| Worker {
+        shared,
+        stacks,
+        name: format!("w{index}"),
+        counter: 0,
+        zygote: None,
+        zygote_cleaned: false,
+    });
     loop {
         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
         let Ok((i, program, reply)) = job else { return };
         let result = match worker.as_mut() {
-            Some(w) => catch_unwind(AssertUnwindSafe(|| w.run(&program))).unwrap_or_else(|_| failed(&program, "internal error (panic) in the sandbox")),
+            Some(w) => catch_unwind(AssertUnwindSafe(|| w.run(&program)))
+                .unwrap_or_else(|_| failed(&program, "internal error (panic) in the sandbox")),
             None => failed(&program, "could not allocate the worker's clone stacks"),
         };
         let _ = reply.send((i, result));
@@ -391,5 +410,9 @@ fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
 }
 
 fn failed(program: &Program, msg: &str) -> ProgramResult {
-    ProgramResult { tests: vec![TestResult::bare(Verdict::SandboxError, msg); program.num_tests()], starts: 0, wall_s: 0.0 }
+    ProgramResult {
+        tests: vec![TestResult::bare(Verdict::SandboxError, msg); program.num_tests()],
+        starts: 0,
+        wall_s: 0.0,
+    }
 }

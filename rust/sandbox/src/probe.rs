@@ -80,7 +80,10 @@ pub const LANDLOCK_FULL_ABI: u32 = 6;
 /// `LANDLOCK_FULL_ABI` on. Pure, so an older kernel is tested by passing its number.
 pub fn landlock_gaps(abi: u32) -> Vec<(Missing, &'static str)> {
     if abi == 0 {
-        return vec![(Missing::Landlock, "no Landlock: files are fenced by permissions (and the read-only mount) only")];
+        return vec![(
+            Missing::Landlock,
+            "no Landlock: files are fenced by permissions (and the read-only mount) only",
+        )];
     }
     LANDLOCK_LAYERS.iter().filter(|(since, _, _)| abi < *since).map(|&(_, m, note)| (m, note)).collect()
 }

@@ -16,11 +16,48 @@ use atgrpo_sandbox::{Program, Sandbox, SandboxConfig, Verdict};
 
 /// README / seccomp.rs: refused with EPERM on every path.
 const PROMISED: &[&str] = &[
-    "socket", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "bpf", "perf_event_open", "userfaultfd",
-    "keyctl", "add_key", "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "unshare", "setns", "mount",
-    "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
-    "name_to_handle_at", "open_by_handle_at", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "reboot", "swapon", "swapoff", "acct", "shmget", "semget", "msgget", "mq_open",
+    "socket",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "shmget",
+    "semget",
+    "msgget",
+    "mq_open",
     #[cfg(target_arch = "x86_64")]
     "iopl",
     #[cfg(target_arch = "x86_64")]
@@ -29,7 +66,12 @@ const PROMISED: &[&str] = &[
 /// Refused too where child processes are not allowed (with all-zero arguments: `clone(0)` is not a
 /// thread, signal targets 0 are not the program's own pid except for `kill`, which may target 0).
 const NO_CHILDREN: &[&str] = &[
-    "clone", "tkill", "pidfd_send_signal", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "clone",
+    "tkill",
+    "pidfd_send_signal",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
     #[cfg(target_arch = "x86_64")]
     "fork",
     #[cfg(target_arch = "x86_64")]
@@ -108,10 +150,17 @@ fn status_field(pid: i32, key: &str) -> Option<String> {
 /// process's child); without, this process's children. Only processes under a seccomp filter.
 fn filtered_processes(zygote: bool) -> Vec<i32> {
     let filtered = |pid: i32| status_field(pid, "Seccomp:").as_deref() == Some("2");
-    let pids: Vec<i32> = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_string_lossy().parse().ok()).collect();
+    let pids: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
     let children_of = |parent: i32| -> Vec<i32> {
         let parent = parent.to_string();
-        pids.iter().copied().filter(|&p| status_field(p, "PPid:").as_deref() == Some(parent.as_str()) && filtered(p)).collect()
+        pids.iter()
+            .copied()
+            .filter(|&p| status_field(p, "PPid:").as_deref() == Some(parent.as_str()) && filtered(p))
+            .collect()
     };
     let mine = children_of(std::process::id() as i32);
     if zygote {

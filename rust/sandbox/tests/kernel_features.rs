@@ -10,14 +10,22 @@ fn cfg() -> SandboxConfig {
 }
 
 fn passes(s: &Sandbox) {
-    let p = Program::Function { code: "def f(x):\n    return x + 1\n".into(), setup: String::new(), tests: vec!["assert f(1) == 2".into()] };
+    let p = Program::Function {
+        code: "def f(x):\n    return x + 1\n".into(),
+        setup: String::new(),
+        tests: vec!["assert f(1) == 2".into()],
+    };
     let r = s.run_batch(vec![p]).unwrap().remove(0);
     assert_eq!(r.tests[0].verdict, Verdict::Passed, "{:?}", r.tests[0]);
 }
 
 /// The Landlock entries of a report's `missing`.
 fn landlock_missing(missing: &[Missing]) -> Vec<Missing> {
-    missing.iter().copied().filter(|m| !matches!(m, Missing::Namespaces | Missing::Seccomp | Missing::ReadonlyRoot)).collect()
+    missing
+        .iter()
+        .copied()
+        .filter(|m| !matches!(m, Missing::Namespaces | Missing::Seccomp | Missing::ReadonlyRoot))
+        .collect()
 }
 
 #[test]
@@ -49,7 +57,9 @@ fn an_older_landlock_abi_names_each_layer_it_lacks_or_is_refused_when_required()
         passes(&s);
     }
     match Sandbox::with_kernel(SandboxConfig { require_landlock: true, ..cfg() }, kernel) {
-        Err(SandboxError::Unavailable(why)) => assert!(why.contains("require_landlock") && why.contains("TCP"), "{why}"),
+        Err(SandboxError::Unavailable(why)) => {
+            assert!(why.contains("require_landlock") && why.contains("TCP"), "{why}")
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(s) => panic!("accepted with Landlock ABI 3: {:?}", s.isolation()),
     }
