@@ -341,3 +341,42 @@ def test_a_run_its_command_no_longer_makes_is_not_read_back(tmp_path: Path, monk
     (folder / "config.toml").unlink()
     with pytest.raises(LearningSuiteError, match="no config.toml"):
         read_back()
+
+
+def test_the_prompt_templates_are_part_of_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run reads its prompt templates as it reads its config: changed templates name another shared
+    folder, and a finished run made with other templates is not read back."""
+    suite = learning.SUITES["ordering"]
+    shared = next(a for a in suite.arms if a.shared == "default")
+    before = learning.run_dir(tmp_path, suite, shared, 0)
+    assert learning.prompts_digest() == learning.prompts_digest()  # a digest of the files, stable
+    monkeypatch.setattr(learning, "prompts_digest", lambda: "other")
+    assert learning.run_dir(tmp_path, suite, shared, 0) != before
+    monkeypatch.undo()
+    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    folder = fake_finished_run(tmp_path, learning.SUITES["alpha"], "alpha0", 1)
+    (folder / "wall.json").write_text(json.dumps({"wall_s": 60.0, "prompts_digest": learning.prompts_digest()}))
+    summary = learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+    assert summary["arms"]["alpha0"]["per_seed"][1]["final"] == 0.45
+    (folder / "wall.json").write_text(json.dumps({"wall_s": 60.0, "prompts_digest": "0123456789"}))
+    with pytest.raises(LearningSuiteError, match="prompt templates"):
+        learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+
+
+def test_the_runner_writes_the_stored_format_with_where_each_run_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from atgrpo.bench.learning_results import load, render
+
+    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    folder = fake_finished_run(tmp_path, learning.SUITES["alpha"], "alpha0", 1)
+    meta = {"wall_s": 60.0, "cpu": "Some CPU", "cores": 2, "commit": "abc", "session": "s1",
+            "prompts_digest": learning.prompts_digest()}
+    (folder / "wall.json").write_text(json.dumps(meta))
+    summary = learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+    stored = load(tmp_path / "alpha" / "results.json")
+    run = stored.arms["alpha0"].runs[1]
+    assert (run.start, run.final, run.steps, run.cpu, run.cores, run.commit, run.session) == (
+        0.2, 0.45, 100, "Some CPU", 2, "abc", "s1")
+    assert run.config_digest and len(run.config_digest) == 16 and run.curve and run.rl_min is not None
+    assert stored.command == "atgrpo-bench learning alpha"
+    # The table the runner printed is the one `atgrpo-bench learning report FILE` rebuilds from that file.
+    assert render(stored, "results.json") in summary["table"]

@@ -39,7 +39,7 @@ until every result is in (input order); call it from any number of threads, or a
 `run_batch_async` (the default executor of the running loop). Construction probes the machine once
 (namespaces, Landlock, seccomp) and runs a self-test program; what was not available is in
 `Sandbox.isolation` and is warned about (`SandboxIsolationWarning`), unless `require_namespaces`
-makes it an error. Isolation details: `rust/sandbox/src/lib.rs` and docs/sandbox.md.
+or `require_landlock` makes it an error. Isolation details: `rust/sandbox/src/lib.rs` and docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -145,6 +145,10 @@ class SandboxConfig(BaseModel):
     """Use Linux namespaces where the kernel allows (docs/sandbox.md says what each layer adds)."""
     require_namespaces: bool = False
     """Raise `SandboxUnavailableError` instead of warning when namespaces are unavailable."""
+    require_landlock: bool = False
+    """Raise `SandboxUnavailableError` instead of warning when the kernel's Landlock lacks any layer
+    the sandbox asks for (file fence, truncate, TCP, device ioctl, signal and abstract-socket scopes:
+    Landlock ABI >= 6, Linux >= 6.12)."""
     read_paths: list[str] = []
     """Extra absolute paths programs may read; the interpreter's prefixes and system libraries are
     always readable, nothing else is (no /home, /root, /proc)."""
@@ -181,8 +185,10 @@ class Isolation:
     """Function programs fork from a per-worker interpreter started ahead inside the sandbox
     (false: two interpreter starts per program, where the zygote failed its self-test)."""
     missing: tuple[str, ...]
-    """Layers this machine could not give: "namespaces", "landlock", "landlock_scopes", "seccomp",
-    "readonly_root" (empty with full isolation). Never empty without `warning` saying why."""
+    """Layers this machine could not give: "namespaces", "landlock" (none at all), each Landlock
+    layer an older ABI lacks ("landlock_truncate" < 3, "landlock_tcp" < 4, "landlock_ioctl_dev" < 5,
+    "landlock_scopes" < 6), "seccomp", "readonly_root" (empty with full isolation). Never empty
+    without `warning` saying why."""
     warning: str | None
     python: str
 

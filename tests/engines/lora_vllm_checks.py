@@ -32,7 +32,7 @@ def main(model_dir: str, out_path: str) -> None:
     pad = tok.pad_token_id
     prompts = [encode_prompt(tok, q, chat=True) for q in ("Name three colours of the rainbow.", "What is 12 + 30?")]
     print("engine started", flush=True)
-    res: dict = {"engines": len({id(e.shared) for e in engines.values()}), "full_weights_gap": 1e-4, "gaps": {}}
+    res: dict = {"engines": len({id(e.shared) for e in engines.values()}), "gaps": {}}
     first: dict[str, list[list[int]]] = {}
     for version in (1, 2):
         tensors = {p: adapter(cfg, folder, p, seed=10 * version + i, scale=0.05) for i, p in enumerate("ab")}

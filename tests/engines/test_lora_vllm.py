@@ -13,6 +13,12 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
+OWN_ADAPTER_BOUND = 1e-4 + 1e-3
+"""A bound, not a measurement: the mean |logp| gap allowed between vLLM's CPU build serving a role's
+adapter and peft with the same adapter in fp32: the torch engine's fp32 bound against peft
+(`FP32_TOL` in test_lora_engines.py, 1e-4) plus 1e-3 for vLLM's own CPU kernels. The gaps to the
+base model and to the other role's adapter must exceed ten times the larger of the gap and 1e-3."""
+
 
 @pytest.fixture(scope="module")
 def vllm_checks(smollm2, tmp_path_factory) -> dict:
@@ -31,6 +37,6 @@ def test_vllm_engine_serves_each_role_its_own_adapter(vllm_checks):
     assert vllm_checks["engines"] == 1
     for version in ("1", "2"):
         for p, gap in vllm_checks["gaps"][version].items():
-            assert gap["own"] <= vllm_checks["full_weights_gap"] + 1e-3, (version, p, gap)
+            assert gap["own"] <= OWN_ADAPTER_BOUND, (version, p, gap)
             assert min(gap["other"], gap["base"]) > 10 * max(gap["own"], 1e-3), (version, p, gap)
     assert vllm_checks["v2_changed_outputs"]  # the new version is what is served, not the cached old one

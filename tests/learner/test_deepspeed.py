@@ -10,7 +10,6 @@ averaged). Every child process has a timeout, so a hung collective fails the tes
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import signal
 import subprocess
@@ -29,7 +28,6 @@ from atgrpo.learner.backends import TorchBackend
 from atgrpo.learner.distributed import ENV_KEYS, free_port
 from atgrpo.models.folder import load_model
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "deepspeed_worker.py"

@@ -9,7 +9,6 @@ float rounding at most: the bound used is a few fp32 eps times the values' and g
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import numpy as np
 import pytest
@@ -127,7 +126,6 @@ def test_configure_reads_the_train_section(model_dir):
         enable_gradient_checkpointing(torch.nn.Linear(2, 2))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 def test_zero3_with_checkpointing_and_shared_prefixes_matches_the_torch_backend(world_of_one, tmp_path):
     """DeepSpeed ZeRO-3 (parameters partitioned, gathered again for each replay) with checkpointed
     layers and shared prefixes: the same update as the plain torch backend on plain batches."""

@@ -8,7 +8,6 @@ other policy's adapter bit for bit as they were.
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
@@ -25,7 +24,6 @@ from atgrpo.learner.trainer import Trainer, loss_config
 from atgrpo.models.folder import load_model
 from atgrpo.paths import policy_dir
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 
 LR = 1e-3
 FP32_EPS = torch.finfo(torch.float32).eps

@@ -8,7 +8,6 @@ DeepSpeed's CPU accelerator; the same code ran on CUDA only on the H200 and H100
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,6 @@ SMALL_LR = 1e-6
 weights' scale (2^-15 ~ 3e-5 for |w| >= 2^-8), so a pure-bf16 update rounds back to the old weight."""
 RESOLVED = 2.0**-8
 """Weights at least this large cannot move in bf16 by a step of ~SMALL_LR: half their spacing is 2^-16."""
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 
 
 def torch_backend(model_dir: Path, dtype: str, lr: float = SMALL_LR, grad_clip: float = 1e9) -> TorchBackend:
@@ -114,7 +112,6 @@ def test_pure_bf16_adamw_would_not_learn(model_dir, steps):
     assert int((delta[w0.abs() >= RESOLVED] != 0).sum()) == 0
 
 
-@needs_deepspeed
 def test_deepspeed_zero1_bf16_at_small_lr_moves_masters_as_fp32_does(world_of_one, model_dir, steps):
     f, b = torch_backend(model_dir, "float32"), ds_backend(model_dir, 1, "bfloat16")
     w0, m0 = masters(f), masters(b)
@@ -125,7 +122,6 @@ def test_deepspeed_zero1_bf16_at_small_lr_moves_masters_as_fp32_does(world_of_on
     assert_moves_as_fp32(w0, masters(f) - w0, masters(b) - m0)
 
 
-@needs_deepspeed
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_deepspeed_bf16_plan(world_of_one, model_dir, stage):
     """What DeepSpeed 0.19.8 builds for bf16 compute (`deepspeed_config`): fp32 masters and fp32
@@ -164,7 +160,6 @@ def linear_output_dtypes(module: torch.nn.Module) -> list[torch.dtype]:
     return seen
 
 
-@needs_deepspeed
 def test_deepspeed_zero0_bf16_computes_in_bf16_where_deepspeed_turns_autocast_off(world_of_one, model_dir, steps, monkeypatch):
     """ZeRO-0 computes fp32 parameters under autocast; on a GPU DeepSpeed's engine switched that
     autocast off and the step ran in fp32 (found on an H100: 5x slower, no bf16 gap)."""
@@ -176,7 +171,6 @@ def test_deepspeed_zero0_bf16_computes_in_bf16_where_deepspeed_turns_autocast_of
     assert not torch.is_autocast_enabled("cpu")  # entered inside the forward, and left again
 
 
-@needs_deepspeed
 def test_grad_norm_and_clipping_agree_across_backends_and_stages(world_of_one, model_dir, steps):
     """bf16 compute, one unclipped step and one clipped: every backend and ZeRO stage reports the
     norm of the normalised fp32 gradient (within bf16 compute rounding of each other: ZeRO 1-3 run a

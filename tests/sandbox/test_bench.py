@@ -1,6 +1,7 @@
 """Smoke run of `atgrpo-bench sandbox --quick` through the real CLI entry point."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,6 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "overhead <= 2 ms" in result.stdout
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {
         "execution latency, 1 worker",
@@ -25,10 +25,24 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
         "stdio program latency, 1 worker",
         "function programs/s, concurrency 2",
     }
-    for row in rows.values():
-        assert row["suite"] == "sandbox" and row["value"] > 0 and row["reference_value"] > 0
-    assert "overhead_ms" in rows["execution latency, 1 worker"]["extra"]
-    # The single-interpreter reference (issue 21) and its targets.
-    assert rows["function programs/s, concurrency 2"]["reference_name"].startswith("one plain python -I -S")
-    assert ">= 0.9x" in rows["function programs/s, concurrency 2"]["target"]
-    assert "within +2 ms" in rows["function program latency, 1 worker"]["target"]
+    for name, row in rows.items():
+        value, ref = row["value"], row["reference_value"]
+        assert row["suite"] == "sandbox", name
+        assert math.isfinite(value) and value > 0 and math.isfinite(ref) and ref > 0, (name, row)
+        # The ratio is computed from the two measurements, oriented by higher_is_better.
+        want = value / ref if row["higher_is_better"] else ref / value
+        assert math.isclose(row["ratio"], want, rel_tol=1e-9), (name, row)
+    # Latencies are in ms, lower is better; rates in exec/s, higher is better.
+    for name, row in rows.items():
+        assert (row["unit"], row["higher_is_better"]) == (("ms", False) if "latency" in name else ("exec/s", True)), name
+    # The overheads are the measured difference, not a label: value - reference, in ms.
+    for name in ("execution latency, 1 worker", "execution latency, parent holding 2 GB", "function program latency, 1 worker"):
+        row = rows[name]
+        assert math.isclose(row["extra"]["overhead_ms"], row["value"] - row["reference_value"], rel_tol=1e-9, abs_tol=1e-9)
+    # A fork of this process was timed too, beside the sandbox's spawn.
+    assert rows["execution latency, 1 worker"]["extra"]["fork_exec_pass_ms"] > 0
+    # Targets: met or not is what the numbers say (never a wall-clock pass/fail in the test).
+    latency = rows["execution latency, 1 worker"]
+    assert latency["target_met"] == (latency["extra"]["overhead_ms"] <= 2.0)
+    rate = rows["function programs/s, concurrency 2"]
+    assert rate["target_met"] == (rate["value"] >= 0.9 * rate["reference_value"])

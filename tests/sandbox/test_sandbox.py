@@ -185,6 +185,19 @@ def test_fallback_warns_and_says_why() -> None:
     sb.close()
 
 
+def test_require_landlock_is_honoured_by_the_core() -> None:
+    # Either this kernel's Landlock gives every layer (nothing Landlock in `missing`) or the
+    # requirement refuses it, naming itself; before, the field did not exist.
+    try:
+        sb = Sandbox(require_landlock=True)
+    except SandboxUnavailableError as e:
+        assert "require_landlock" in str(e)
+    else:
+        assert sb.isolation.landlock_abi >= 6
+        assert not [m for m in sb.isolation.missing if m.startswith("landlock")], sb.isolation
+        sb.close()
+
+
 def test_private_directories_are_removed(tmp_path: Path) -> None:
     with make("namespaces", tmp_root=str(tmp_path)) as sb:
         r = sb.run(stdio_program("open('big', 'wb').write(b'x' * 100000)\nimport os\nos.makedirs('a/b/c')\nos.chmod('a', 0)", [("", None)]))

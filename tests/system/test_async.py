@@ -82,7 +82,6 @@ def test_pipelined_runs_in_both_regimes(tmp_path: Path, processes: Processes, re
 
 
 def test_pipelined_runs_with_deepspeed(tmp_path: Path, processes: Processes) -> None:
-    pytest.importorskip("deepspeed")
     out = tmp_path / "ds"
     sets = tiny_sets(out, run__steps=2, train__max_staleness=1, train__backend='"deepspeed"', train__zero_stage=2,
                      rollout__envs_per_step=ENVS)

@@ -8,14 +8,12 @@ the learner's log-probabilities of the actor's tokens under the same version agr
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from systest_util import read_rows, run_direct, tiny_sets
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 
 STEPS = 3
 

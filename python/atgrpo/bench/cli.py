@@ -9,6 +9,7 @@
     atgrpo-bench memory         # learner step peak memory and time, chunked logits + checkpointing vs before
     atgrpo-bench all --quick    # everything above, fewer repeats
     atgrpo-bench learning SUITE # arms x seeds of atgrpo-train runs (docs/learning.md; not in `all`; no SUITE: staleness)
+    atgrpo-bench learning report [NAME]  # a published table rebuilt from docs/results/NAME.json
     atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
     atgrpo-bench lora           # LoRA per role vs full fine-tuning on SmolLM2: sync bytes, learner and actor memory (not in `all`)
 

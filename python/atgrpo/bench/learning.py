@@ -5,6 +5,7 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
     atgrpo-bench learning grouping --seeds 0,1        # two seeds only
     atgrpo-bench learning alpha --only alpha0,alpha1 --steps 100
     atgrpo-bench learning                             # the suite `staleness` (k=0 vs k=1, equal wall time)
+    atgrpo-bench learning report ordering             # the published table, rebuilt from docs/results/ordering.json
 
 Invariants:
 - Every run is `atgrpo-train` as a user runs it (a subprocess, a config file and `--set`
@@ -20,8 +21,14 @@ Invariants:
   beside. `staleness` is a time-budget suite (same minutes of RL, steps as many as fit).
 - Runs compute with AVX2 kernels (`CPU_ISA_PIN`) unless the caller's environment picks an
   instruction set: the same seed then learns the same on AVX2-only and AVX-512 machines.
-- Results: `<out>/<suite>/summary.json`, `table.md` and `curves.png`; the statistics are
-  `learning_stats.py`'s (separation rule there).
+- Results: `<out>/<suite>/results.json` (the stored format of `learning_results.py`: per arm and
+  seed the curve, final, gain, late, steps, RL minutes, CPU model and core count, commit, resolved
+  config digest and bench session; copy it to docs/results/ to publish a table), `summary.json`,
+  `table.md` (rebuilt from results.json alone by `atgrpo-bench learning report FILE`) and
+  `curves.png`; the statistics are `learning_stats.py`'s (separation rule there).
+- The prompt templates are part of a run: their digest (`prompts_digest`) is in a shared run's
+  folder name and in each run's wall.json, and a finished run whose templates have changed since is
+  not read back.
 - A variant (`--steps` other than the suite's, or any `--set`) is another set of runs with its own
   folders and its own table, `<out>/<suite>-<digest>/`: it never reads back, nor overwrites, the
   suite's own runs or table.
@@ -49,6 +56,8 @@ from atgrpo.errors import LearningSuiteError
 ROOT = Path("bench-results") / "learning"
 CONFIGS = Path(__file__).resolve().parents[3] / "envs" / "planpath"
 """The shipped configs (the arms' `config` files), found from the source tree as the prompts are."""
+STORED = Path(__file__).resolve().parents[3] / "docs" / "results"
+"""The published tables' data (`atgrpo-bench learning report`)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,8 @@ class RunResult:
     """Whole `atgrpo-train` process, warm start and evaluations included (of its last session only,
     if the bench was interrupted and the run resumed from a checkpoint)."""
     curve: Curve = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    """Where and how it ran (wall.json): cpu, cores, commit, session, config_digest, prompts_digest."""
 
     @property
     def gain(self) -> float:
@@ -137,6 +148,32 @@ class RunResult:
 
 def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def prompts_digest() -> str:
+    """Digest of every prompt template file of the suites' task (path and bytes): a run's prompts
+    are part of what makes it, as its config is."""
+    root = CONFIGS / "prompts"
+    h = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return h.hexdigest()[:10]
+
+
+def machine() -> dict:
+    """The CPU model, the cores this process may use, and the source tree's commit (None outside git)."""
+    cpu = None
+    try:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "-C", str(CONFIGS), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=False).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "commit": commit}
 
 
 def variant_overrides(suite: Suite, steps: int | None, extra: list[str] | None) -> list[str]:
@@ -162,6 +199,7 @@ def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = No
     if arm.shared is None:
         return out / suite.name / f"{arm.name}{variant(suite, steps, extra)}" / f"seed{seed}"
     what = [arm.config or "", *run_sets(suite, arm, -1, Path("OUT"), steps, list(extra or []))]  # any seed: one folder
+    what.append(f"prompts={prompts_digest()}")
     return out / "shared" / f"{arm.shared}-{_digest(what)}" / f"seed{seed}"
 
 
@@ -230,8 +268,14 @@ def read_run(out_dir: Path) -> RunResult:
     except KeyError as exc:  # every step and evaluation row of atgrpo-train has its duration
         raise LearningSuiteError(f"{out_dir / 'metrics.jsonl'}: a row has no {exc.args[0]!r}") from exc
     wall = out_dir / "wall.json"
-    wall_s = json.loads(wall.read_text())["wall_s"] if wall.exists() else (rows[-1]["time"] - rows[0]["time"] if rows else 0.0)
-    return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve)
+    meta = json.loads(wall.read_text()) if wall.exists() else {}
+    wall_s = meta["wall_s"] if "wall_s" in meta else (rows[-1]["time"] - rows[0]["time"] if rows else 0.0)
+    keep = ("cpu", "cores", "commit", "session", "prompts_digest")
+    meta = {k: meta.get(k) for k in keep}
+    config = out_dir / "config.toml"
+    meta["config_digest"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config.is_file() else None
+    return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve,
+                     meta)
 
 
 CPU_ISA_PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -268,6 +312,10 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
     except ValueError as exc:  # not TOML, not UTF-8, or not a valid config
         raise LearningSuiteError(f"{made} cannot be read as a run config ({exc}); move {folder} away to run it again") from exc
     changed = [k for k in config_changes(then, today) if k != "run.out_dir"]
+    wall = folder / "wall.json"
+    made_with = json.loads(wall.read_text()).get("prompts_digest") if wall.is_file() else None
+    if made_with is not None and made_with != prompts_digest():
+        changed.append(f"the prompt templates ({CONFIGS / 'prompts'})")
     if changed:
         raise LearningSuiteError(
             f"{folder} holds a run made with another config than `{arm.name}` makes today ({', '.join(changed)} "
@@ -275,7 +323,7 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
         )
 
 
-def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
+def run_one(cmd: list[str], out_dir: Path, timeout_s: float, session: str = "") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = run_env(os.environ)
     t0 = time.monotonic()
@@ -284,7 +332,9 @@ def run_one(cmd: list[str], out_dir: Path, timeout_s: float) -> None:
     if done.returncode != 0 or not (out_dir / "eval.json").exists():
         raise LearningSuiteError(f"run in {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}")
     isa = {k: env[k] for k in CPU_ISA_PIN}
-    (out_dir / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - t0, "cpu_isa": isa}))
+    wall = {"wall_s": time.monotonic() - t0, "cpu_isa": isa, "session": session, "prompts_digest": prompts_digest(),
+            **machine()}
+    (out_dir / "wall.json").write_text(json.dumps(wall))
 
 
 def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None = None, steps: int | None = None,
@@ -299,6 +349,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
     arms = [a for a in suite.arms if not only or a.name in only]
     results: dict[str, dict[int, RunResult]] = {}
     missing: list[str] = []
+    session = f"{time.strftime('%Y-%m-%dT%H:%M:%S')}-{os.getpid()}"  # this call: runs it makes share one sitting
     for arm in arms:
         for seed in seeds if seeds is not None else suite.seeds:
             folder = run_dir(out, suite, arm, seed, steps, extra)
@@ -308,7 +359,7 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
             if not (folder / "eval.json").exists():
                 cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
-                run_one(cmd, folder, timeout_s)
+                run_one(cmd, folder, timeout_s, session)
             else:
                 check_same_run(folder, suite, arm, seed, steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
@@ -316,9 +367,41 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
     if not results:
         raise LearningSuiteError(f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})")
     where = report_dir(out, suite, steps, extra)
-    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_overrides(suite, steps, extra))
+    variant_sets = variant_overrides(suite, steps, extra)
+    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_sets,
+                     command=" ".join(["atgrpo-bench learning", suite.name, *variant_sets]))
     plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, where / "curves.png", suite.name)
     return summary
+
+
+def report_main(argv: list[str]) -> int:
+    """`atgrpo-bench learning report [NAME|FILE ...]`: each stored table rebuilt from its data alone
+    (printed; with `--out`, written as `<name>.md` and, where curves were kept, `<name>_curves.png`)."""
+    from atgrpo.bench.learning_results import curves, load, render
+
+    parser = argparse.ArgumentParser(prog="atgrpo-bench learning report", description=report_main.__doc__)
+    parser.add_argument("names", nargs="*", help=f"stored tables (names under {STORED}, or .json files; default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="also write each table (and its curves) here")
+    args = parser.parse_args(argv)
+    files = [Path(n) if n.endswith(".json") else STORED / f"{n}.json" for n in args.names] or sorted(STORED.glob("*.json"))
+    for file in files:
+        if not file.is_file():
+            known = ", ".join(p.stem for p in sorted(STORED.glob("*.json")))
+            print(f"atgrpo-bench learning report: no stored table {file} (stored: {known})", file=sys.stderr)
+            return 1
+        table = load(file)
+        shown = f"docs/results/{file.name}" if file.parent.resolve() == STORED.resolve() else str(file)
+        text = render(table, shown)
+        print(f"<!-- {table.name}: {table.command} -->\n{text}")
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{table.name}.md").write_text(text)
+            kept = curves(table)
+            if any(kept.values()):
+                plot_suite(kept, args.out / f"{table.name}_curves.png", table.name)
+            else:
+                print(f"{table.name}: no curves kept, no plot")
+    return 0
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -326,6 +409,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench learning", description=__doc__.split("\n")[0])
     parser.add_argument("suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)")
     parser.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default: the suite's)")
@@ -354,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"atgrpo-bench learning: {exc}", file=sys.stderr)
         return 1
     print(summary["table"])
-    print(f"\nwrote {report_dir(args.out, suite, args.steps, args.sets)}/summary.json, table.md, curves.png")
+    print(f"\nwrote {report_dir(args.out, suite, args.steps, args.sets)}/results.json, summary.json, table.md, curves.png")
     return 0
 
 

@@ -1,6 +1,7 @@
 """The report of a learning suite: per-arm table over seeds, paired differences against the
-reference arm with the separation verdict, and the equal-wall-time view; written as `table.md`
-and `summary.json` (numbers from `learning_stats.py`, runs read by `learning.py`).
+reference arm with the separation verdict, and the equal-wall-time view; written as `results.json`
+(the stored format, `learning_results.py`), `table.md` (rendered from it alone) and `summary.json`
+(numbers from `learning_stats.py`, runs read by `learning.py`).
 
 Quantities (fractions in the JSON, points in the table):
 - final: held-out greedy success at the end of the run (`eval.json` `eval_end`);
@@ -8,7 +9,8 @@ Quantities (fractions in the JSON, points in the table):
 - late: the mean of the last `LATE_EVALS` evaluations after the start one (`late_mean`), a steadier
   end point than final;
 - RL minutes: from the start evaluation to the last one (evaluations included, warm start not);
-- wall: the whole `atgrpo-train` process.
+  tabled only when every run ran in one session on one machine (`learning_results.one_sitting`);
+- wall: the whole `atgrpo-train` process (summary.json only).
 Equal wall time: T is the mean RL minutes of the fastest arm that trains (arms with no RL step, the
 prompt-only one, take no time and are left out of the choice); each arm's value is the mean over its
 seeds of the success it had reached at T (`value_at`).
@@ -22,9 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from atgrpo.bench.learning_stats import (
-    LATE_EVALS, SEPARATION_Z, Summary, late_mean, mean_sd, paired, pct, summarize, value_at, verdict,
-)
+from atgrpo.bench.learning_results import StoredArm, StoredRun, StoredTable, dump, render
+from atgrpo.bench.learning_stats import SEPARATION_Z, Summary, late_mean, paired, summarize, value_at, verdict
 
 
 class RunLike(Protocol):
@@ -58,23 +59,31 @@ def equal_wall_time(results: Mapping[str, Mapping[int, RunLike]]) -> tuple[str |
     return fastest, t, at
 
 
+def stored(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], command: str) -> StoredTable:
+    """The runs in the stored format (docs/results/), with where and how each ran."""
+    arms = {}
+    for arm, runs in results.items():
+        stored_runs = {}
+        for seed, r in sorted(runs.items()):
+            meta = getattr(r, "meta", {}) or {}
+            stored_runs[seed] = StoredRun(
+                start=r.start, final=r.end, steps=r.steps, late=late_mean(r.curve), curve=[tuple(p) for p in r.curve],
+                rl_min=_rl_minutes(r), wall_s=r.wall_s, **{k: meta.get(k) for k in (
+                    "cpu", "cores", "commit", "config_digest", "prompts_digest", "session")},
+            )
+        arms[arm] = StoredArm(stored_runs)
+    return StoredTable(name=suite, suite=suite, reference=reference, command=command,
+                       source=f"written by `{command}`", arms=arms)
+
+
 def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], folder: Path,
-           missing: list[str] | None = None, overrides: list[str] | None = None) -> dict:
+           missing: list[str] | None = None, overrides: list[str] | None = None, command: str = "") -> dict:
     """Write `folder/table.md` and `folder/summary.json`; return the summary (with the table text).
     `missing`: runs of the suite not finished yet ("arm seed s"), said under the table.
     `overrides`: a variant's settings (`--steps`, `--set`), said under the title so that its table
     cannot pass for the suite's own."""
     arms: dict[str, dict] = {}
     lates = {arm: {s: late_mean(r.curve) for s, r in runs.items()} for arm, runs in results.items()}
-    lines = [
-        f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds",
-        "",
-        "| arm | seeds | final | min | max | per seed | gain | min | max | per seed | steps | RL min | wall min "
-        f"| late (last {LATE_EVALS} evals) | per seed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    if overrides:
-        lines[2:2] = ["A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
     for arm, runs in results.items():
         seeds = sorted(runs)
         final = summarize([runs[s].end for s in seeds])
@@ -89,22 +98,8 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
             "per_seed": {s: {"start": runs[s].start, "final": runs[s].end, "gain": runs[s].gain, "steps": runs[s].steps,
                              "wall_s": runs[s].wall_s, "late": lates[arm][s]} for s in seeds},
         }
-        lines.append(
-            f"| {arm} | {len(seeds)} | {mean_sd(final)} | {pct(final.min)} | {pct(final.max)} | "
-            f"{', '.join(pct(runs[s].end) for s in seeds)} | {mean_sd(gain)} | {pct(gain.min)} | {pct(gain.max)} | "
-            f"{', '.join(pct(runs[s].gain) for s in seeds)} | {steps.mean:.0f} | {rl.mean:.1f} | {wall.mean:.1f} | "
-            f"{mean_sd(late)} | {', '.join(pct(lates[arm][s]) for s in seeds)} |"
-        )
     comparisons: dict[str, dict] = {}
     if reference in results and len(results) > 1:
-        lines += [
-            "",
-            f"Paired differences, arm minus `{reference}` on the same seeds (points); arms separate when "
-            f"|mean| > {SEPARATION_Z:g} sd/√n (n ≥ 2):",
-            "",
-            "| arm | seeds | final: mean ± sd | verdict | gain: mean ± sd | verdict | late: mean ± sd | verdict |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
         ref = results[reference]
         for arm, runs in results.items():
             if arm == reference:
@@ -117,15 +112,12 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
                                               "separated": p.separated, "verdict": verdict(p)}
                 for name, p in (("final", pf), ("gain", pg), ("late", pl))
             }
-            if pf is None or pg is None or pl is None:
-                lines.append(f"| {arm} | 0 | n/a | no common seeds | n/a | no common seeds | n/a | no common seeds |")
-                continue
-            lines.append(f"| {arm} | {len(pf.seeds)} | {pct(pf.mean)} ± {pct(pf.sd)} | {verdict(pf)} | "
-                         f"{pct(pg.mean)} ± {pct(pg.sd)} | {verdict(pg)} | {pct(pl.mean)} ± {pct(pl.sd)} | {verdict(pl)} |")
     fastest, t, at = equal_wall_time(results)
-    if fastest is not None and len(results) > 1:
-        lines += ["", f"Equal wall time: success (%) each arm had reached at {t:.1f} min of RL, the mean of the fastest "
-                  f"training arm (`{fastest}`): " + ", ".join(f"{a} {pct(v)}" for a, v in at.items())]
+    data = stored(suite, reference, results, command or f"atgrpo-bench learning {suite}")
+    lines = [f"### `{suite}`: held-out greedy success (%), mean ± sd over seeds", ""]
+    if overrides:
+        lines += ["A variant of the suite, every run with: " + ", ".join(f"`{o}`" for o in overrides), ""]
+    lines.append(render(data, "results.json").rstrip("\n"))
     if missing:
         lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
     table = "\n".join(lines) + "\n"
@@ -133,9 +125,10 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
                "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at}, "missing": list(missing or []),
                "overrides": list(overrides or []), "table": table}
     folder.mkdir(parents=True, exist_ok=True)
+    dump(data, folder / "results.json")
     (folder / "table.md").write_text(table)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-__all__ = ["equal_wall_time", "report"]
+__all__ = ["equal_wall_time", "report", "stored"]

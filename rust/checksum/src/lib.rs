@@ -38,9 +38,7 @@ fn crc32_many_with(buffers: &[&[u8]], max_threads: usize, min_bytes_per_thread: 
     }
     let shares = split(buffers, total.div_ceil(threads));
     let hashed: Vec<Vec<(usize, Hasher)>> = std::thread::scope(|scope| {
-        let (first, rest) = shares
-            .split_first()
-            .expect("threads > 1 means at least one share");
+        let (first, rest) = shares.split_first().expect("threads > 1 means at least one share");
         let handles: Vec<_> = rest
             .iter()
             .map(|share| {
@@ -66,10 +64,7 @@ fn crc32_many_with(buffers: &[&[u8]], max_threads: usize, min_bytes_per_thread: 
             slot @ None => *slot = Some(hasher),
         }
     }
-    per_buffer
-        .into_iter()
-        .map(|h| h.map_or(0, Hasher::finalize))
-        .collect()
+    per_buffer.into_iter().map(|h| h.map_or(0, Hasher::finalize)).collect()
 }
 
 type Share<'a> = Vec<(usize, &'a [u8])>;
@@ -116,11 +111,7 @@ mod tests {
         for &byte in data {
             crc ^= u32::from(byte);
             for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
             }
         }
         !crc
@@ -142,10 +133,7 @@ mod tests {
     fn known_values() {
         assert_eq!(crc32(b""), 0);
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(
-            crc32(b"The quick brown fox jumps over the lazy dog"),
-            0x414F_A339
-        );
+        assert_eq!(crc32(b"The quick brown fox jumps over the lazy dog"), 0x414F_A339);
     }
 
     #[test]
@@ -162,20 +150,12 @@ mod tests {
     #[test]
     fn threaded_values_equal_one_pass_per_buffer() {
         let lens = [0usize, 1, 7, 1000, 0, 65_537, 3, 250_000, 0];
-        let owned: Vec<Vec<u8>> = lens
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| bytes(n, i as u64 + 2))
-            .collect();
+        let owned: Vec<Vec<u8>> = lens.iter().enumerate().map(|(i, &n)| bytes(n, i as u64 + 2)).collect();
         let buffers: Vec<&[u8]> = owned.iter().map(|b| &b[1.min(b.len())..]).collect(); // unaligned starts
         let expected: Vec<u32> = buffers.iter().map(|b| reference(b)).collect();
         for threads in [0, 1, 2, 3, 4, 7, 64] {
             for min_share in [1, 100, 4096, 1 << 20] {
-                assert_eq!(
-                    crc32_many_with(&buffers, threads, min_share),
-                    expected,
-                    "{threads} threads, {min_share}"
-                );
+                assert_eq!(crc32_many_with(&buffers, threads, min_share), expected, "{threads} threads, {min_share}");
             }
         }
         assert_eq!(crc32_many(&buffers, 4), expected);
@@ -188,10 +168,7 @@ mod tests {
         let data = bytes(3 * MIN_BYTES_PER_THREAD + 5, 9);
         let shares = split(&[&data], data.len().div_ceil(3));
         assert_eq!(shares.len(), 3);
-        assert_eq!(
-            shares.iter().flatten().map(|(_, p)| p.len()).sum::<usize>(),
-            data.len()
-        );
+        assert_eq!(shares.iter().flatten().map(|(_, p)| p.len()).sum::<usize>(), data.len());
         assert_eq!(crc32_many(&[&data], 3), [crc32(&data)]);
     }
 
@@ -200,19 +177,8 @@ mod tests {
         let owned: Vec<Vec<u8>> = [10usize, 0, 25, 5].iter().map(|&n| vec![1u8; n]).collect();
         let buffers: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let shares = split(&buffers, 8);
-        let sizes: Vec<Vec<(usize, usize)>> = shares
-            .iter()
-            .map(|s| s.iter().map(|&(i, p)| (i, p.len())).collect())
-            .collect();
-        assert_eq!(
-            sizes,
-            [
-                vec![(0, 8)],
-                vec![(0, 2), (2, 6)],
-                vec![(2, 8)],
-                vec![(2, 8)],
-                vec![(2, 3), (3, 5)]
-            ]
-        );
+        let sizes: Vec<Vec<(usize, usize)>> =
+            shares.iter().map(|s| s.iter().map(|&(i, p)| (i, p.len())).collect()).collect();
+        assert_eq!(sizes, [vec![(0, 8)], vec![(0, 2), (2, 6)], vec![(2, 8)], vec![(2, 8)], vec![(2, 3), (3, 5)]]);
     }
 }

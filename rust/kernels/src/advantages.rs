@@ -67,12 +67,7 @@ pub fn group_advantages(
 ) -> Result<Advantages> {
     validate(group_ids, rewards, opts)?;
     let g = num_groups;
-    let empty = Acc {
-        sum: 0.0,
-        min: f64::INFINITY,
-        max: f64::NEG_INFINITY,
-        size: 0,
-    };
+    let empty = Acc { sum: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY, size: 0 };
     let mut acc = alloc(g, empty)?;
     let mut stats = GroupStats::default();
     for (i, (&id, &r)) in group_ids.iter().zip(rewards).enumerate() {
@@ -110,11 +105,7 @@ pub fn group_advantages(
             c[1] += (r - c[0]) * (r - c[0]);
         }
     }
-    let (mut mean, mut std, mut size) = (
-        Vec::with_capacity(g),
-        Vec::with_capacity(g),
-        Vec::with_capacity(g),
-    );
+    let (mut mean, mut std, mut size) = (Vec::with_capacity(g), Vec::with_capacity(g), Vec::with_capacity(g));
     for (a, c) in acc.iter().zip(center.iter_mut()) {
         let s = match a.size {
             0 => {
@@ -172,11 +163,7 @@ pub fn compute_advantages(
     opts: AdvantageOptions,
 ) -> Result<(Groups, Advantages)> {
     if rewards.len() != env.len() {
-        return Err(KernelError::ShapeMismatch {
-            what: "rewards",
-            expected: env.len(),
-            got: rewards.len(),
-        });
+        return Err(KernelError::ShapeMismatch { what: "rewards", expected: env.len(), got: rewards.len() });
     }
     validate_options(opts)?;
     let groups = group_ids(env, agent, turn)?;
@@ -190,32 +177,17 @@ pub fn compute_advantages(
 /// Errors: `ShapeMismatch` on length mismatch, `InvalidArgument` if `alpha` is not finite.
 pub fn mix_rewards(team: &[f64], local: &[f64], alpha: f64) -> Result<Vec<f64>> {
     if local.len() != team.len() {
-        return Err(KernelError::ShapeMismatch {
-            what: "local",
-            expected: team.len(),
-            got: local.len(),
-        });
+        return Err(KernelError::ShapeMismatch { what: "local", expected: team.len(), got: local.len() });
     }
     if !alpha.is_finite() {
-        return Err(KernelError::InvalidArgument {
-            name: "alpha",
-            msg: format!("must be finite, got {alpha}"),
-        });
+        return Err(KernelError::InvalidArgument { name: "alpha", msg: format!("must be finite, got {alpha}") });
     }
-    Ok(team
-        .iter()
-        .zip(local)
-        .map(|(&t, &l)| alpha * t + l)
-        .collect())
+    Ok(team.iter().zip(local).map(|(&t, &l)| alpha * t + l).collect())
 }
 
 fn validate(group_ids: &[i64], rewards: &[f64], opts: AdvantageOptions) -> Result<()> {
     if rewards.len() != group_ids.len() {
-        return Err(KernelError::ShapeMismatch {
-            what: "rewards",
-            expected: group_ids.len(),
-            got: rewards.len(),
-        });
+        return Err(KernelError::ShapeMismatch { what: "rewards", expected: group_ids.len(), got: rewards.len() });
     }
     validate_options(opts)
 }
@@ -228,10 +200,7 @@ fn validate_options(opts: AdvantageOptions) -> Result<()> {
         });
     }
     if opts.ddof > 1 {
-        return Err(KernelError::InvalidArgument {
-            name: "ddof",
-            msg: format!("must be 0 or 1, got {}", opts.ddof),
-        });
+        return Err(KernelError::InvalidArgument { name: "ddof", msg: format!("must be 0 or 1, got {}", opts.ddof) });
     }
     Ok(())
 }
@@ -239,11 +208,10 @@ fn validate_options(opts: AdvantageOptions) -> Result<()> {
 /// `vec![value; len]` that reports an absurd `num_groups` as an error instead of aborting on OOM.
 fn alloc<T: Clone>(len: usize, value: T) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| KernelError::InvalidArgument {
-            name: "num_groups",
-            msg: format!("cannot allocate statistics for {len} groups"),
-        })?;
+    v.try_reserve_exact(len).map_err(|_| KernelError::InvalidArgument {
+        name: "num_groups",
+        msg: format!("cannot allocate statistics for {len} groups"),
+    })?;
     v.resize(len, value);
     Ok(v)
 }
@@ -260,12 +228,7 @@ mod tests {
 
     #[test]
     fn normalises_each_group_with_sample_std() {
-        let a = adv(
-            &[0, 0, 0, 0, 1, 1],
-            &[1.0, 2.0, 3.0, 4.0, 10.0, 20.0],
-            2,
-            OPTS,
-        );
+        let a = adv(&[0, 0, 0, 0, 1, 1], &[1.0, 2.0, 3.0, 4.0, 10.0, 20.0], 2, OPTS);
         let std0 = (5.0f64 / 3.0).sqrt(); // deviations 1.5, .5, .5, 1.5 -> 5 / (4 - 1)
         let want0 = [-1.5, -0.5, 0.5, 1.5].map(|d| d / (std0 + 1e-6));
         for (got, want) in a.advantages[..4].iter().zip(want0) {
@@ -279,24 +242,14 @@ mod tests {
 
     #[test]
     fn ddof_zero_uses_population_std() {
-        let a = adv(
-            &[0, 0],
-            &[0.0, 2.0],
-            1,
-            AdvantageOptions { eps: 1e-6, ddof: 0 },
-        );
+        let a = adv(&[0, 0], &[0.0, 2.0], 1, AdvantageOptions { eps: 1e-6, ddof: 0 });
         assert_eq!(a.stats.std, vec![1.0]);
         assert!((a.advantages[0] + 1.0 / (1.0 + 1e-6)).abs() < 1e-15);
     }
 
     #[test]
     fn singleton_and_constant_groups_get_exactly_zero() {
-        let a = adv(
-            &[0, 1, 1, 1, 2, 2],
-            &[5.0, 0.1, 0.1, 0.1, 1.0, 3.0],
-            3,
-            OPTS,
-        );
+        let a = adv(&[0, 1, 1, 1, 2, 2], &[5.0, 0.1, 0.1, 0.1, 1.0, 3.0], 3, OPTS);
         assert_eq!(&a.advantages[..4], &[0.0; 4]);
         assert!(a.advantages[4] < 0.0 && a.advantages[5] > 0.0);
         assert_eq!((a.stats.num_singleton, a.stats.num_constant), (1, 1));
@@ -339,73 +292,31 @@ mod tests {
     #[test]
     fn rejects_bad_ids_eps_ddof_and_lengths() {
         let bad = |ids: &[i64], g, opts| group_advantages(ids, &[1.0, 2.0], g, opts).unwrap_err();
-        assert!(matches!(
-            bad(&[0, -1], 2, OPTS),
-            KernelError::InvalidArgument {
-                name: "group_ids",
-                ..
-            }
-        ));
-        assert!(matches!(
-            bad(&[0, 2], 2, OPTS),
-            KernelError::InvalidArgument {
-                name: "group_ids",
-                ..
-            }
-        ));
+        assert!(matches!(bad(&[0, -1], 2, OPTS), KernelError::InvalidArgument { name: "group_ids", .. }));
+        assert!(matches!(bad(&[0, 2], 2, OPTS), KernelError::InvalidArgument { name: "group_ids", .. }));
         for eps in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
             let opts = AdvantageOptions { eps, ddof: 1 };
-            assert!(matches!(
-                bad(&[0, 0], 1, opts),
-                KernelError::InvalidArgument { name: "eps", .. }
-            ));
+            assert!(matches!(bad(&[0, 0], 1, opts), KernelError::InvalidArgument { name: "eps", .. }));
         }
         let opts = AdvantageOptions { eps: 1e-6, ddof: 2 };
-        assert!(matches!(
-            bad(&[0, 0], 1, opts),
-            KernelError::InvalidArgument { name: "ddof", .. }
-        ));
-        assert!(matches!(
-            bad(&[0], 1, OPTS),
-            KernelError::ShapeMismatch {
-                what: "rewards",
-                ..
-            }
-        ));
+        assert!(matches!(bad(&[0, 0], 1, opts), KernelError::InvalidArgument { name: "ddof", .. }));
+        assert!(matches!(bad(&[0], 1, OPTS), KernelError::ShapeMismatch { what: "rewards", .. }));
         assert!(matches!(
             compute_advantages(&[0], &[0], &[0], &[], OPTS),
-            Err(KernelError::ShapeMismatch {
-                what: "rewards",
-                ..
-            })
+            Err(KernelError::ShapeMismatch { what: "rewards", .. })
         ));
     }
 
     #[test]
     fn absurd_num_groups_is_an_error_not_an_abort() {
         let err = group_advantages(&[], &[], usize::MAX / 4, OPTS).unwrap_err();
-        assert!(matches!(
-            err,
-            KernelError::InvalidArgument {
-                name: "num_groups",
-                ..
-            }
-        ));
+        assert!(matches!(err, KernelError::InvalidArgument { name: "num_groups", .. }));
     }
 
     #[test]
     fn mixes_team_and_local_rewards() {
-        assert_eq!(
-            mix_rewards(&[1.0, 0.0], &[0.5, 2.0], 2.0).unwrap(),
-            vec![2.5, 2.0]
-        );
-        assert!(matches!(
-            mix_rewards(&[1.0], &[], 1.0),
-            Err(KernelError::ShapeMismatch { .. })
-        ));
-        assert!(matches!(
-            mix_rewards(&[1.0], &[1.0], f64::NAN),
-            Err(KernelError::InvalidArgument { .. })
-        ));
+        assert_eq!(mix_rewards(&[1.0, 0.0], &[0.5, 2.0], 2.0).unwrap(), vec![2.5, 2.0]);
+        assert!(matches!(mix_rewards(&[1.0], &[], 1.0), Err(KernelError::ShapeMismatch { .. })));
+        assert!(matches!(mix_rewards(&[1.0], &[1.0], f64::NAN), Err(KernelError::InvalidArgument { .. })));
     }
 }

@@ -32,11 +32,8 @@ pub fn group_ids(env: &[i64], agent: &[i64], turn: &[i64]) -> Result<Groups> {
     let n = env.len();
     check_len("agent", agent, n)?;
     check_len("turn", turn, n)?;
-    let (max_env, max_agent, max_turn) = (
-        column_max("env", env)?,
-        column_max("agent", agent)?,
-        column_max("turn", turn)?,
-    );
+    let (max_env, max_agent, max_turn) =
+        (column_max("env", env)?, column_max("agent", agent)?, column_max("turn", turn)?);
     // Tables hold `group + 1` in a u32 (0 = empty), which halves their cache footprint.
     if n >= u32::MAX as usize {
         return Err(KernelError::InvalidArgument {
@@ -62,11 +59,7 @@ pub fn group_ids(env: &[i64], agent: &[i64], turn: &[i64]) -> Result<Groups> {
 
 fn check_len(what: &'static str, col: &[i64], expected: usize) -> Result<()> {
     if col.len() != expected {
-        return Err(KernelError::ShapeMismatch {
-            what,
-            expected,
-            got: col.len(),
-        });
+        return Err(KernelError::ShapeMismatch { what, expected, got: col.len() });
     }
     Ok(())
 }
@@ -110,10 +103,7 @@ fn direct_ids(n: usize, key: impl Fn(usize) -> u64, range: usize) -> Groups {
             i64::from(*slot) - 1
         })
         .collect();
-    Groups {
-        ids,
-        num_groups: next as usize,
-    }
+    Groups { ids, num_groups: next as usize }
 }
 
 fn dense_ids<K: Copy + Eq>(n: usize, key: impl Fn(usize) -> K, hash: impl Fn(K) -> u64) -> Groups {
@@ -137,20 +127,12 @@ fn dense_ids<K: Copy + Eq>(n: usize, key: impl Fn(usize) -> K, hash: impl Fn(K) 
         };
         ids.push(id as i64);
     }
-    Groups {
-        ids,
-        num_groups: keys.len(),
-    }
+    Groups { ids, num_groups: keys.len() }
 }
 
 /// Slots hold `group + 1` (0 = empty). `Ok(group)` if `k` is present, else `Err(empty slot)`.
 #[inline]
-fn probe<K: Copy + Eq>(
-    slots: &[u32],
-    keys: &[K],
-    k: K,
-    h: u64,
-) -> std::result::Result<usize, usize> {
+fn probe<K: Copy + Eq>(slots: &[u32], keys: &[K], k: K, h: u64) -> std::result::Result<usize, usize> {
     let mask = slots.len() - 1;
     let mut s = (h >> (64 - slots.len().trailing_zeros())) as usize;
     loop {
@@ -201,24 +183,13 @@ mod tests {
     #[test]
     fn empty_input_has_no_groups() {
         let g = group_ids(&[], &[], &[]).unwrap();
-        assert_eq!(
-            g,
-            Groups {
-                ids: vec![],
-                num_groups: 0
-            }
-        );
+        assert_eq!(g, Groups { ids: vec![], num_groups: 0 });
     }
 
     #[test]
     fn huge_keys_take_the_unpacked_path_and_stay_distinct() {
         let big = i64::MAX;
-        let g = group_ids(
-            &[big, big, big - 1, big],
-            &[big, big, big, 0],
-            &[1, 1, 1, 1],
-        )
-        .unwrap();
+        let g = group_ids(&[big, big, big - 1, big], &[big, big, big, 0], &[1, 1, 1, 1]).unwrap();
         assert_eq!(g.ids, vec![0, 0, 1, 2]);
     }
 
@@ -238,10 +209,7 @@ mod tests {
                 *seen.entry((env[i], agent[i], turn[i])).or_insert(next)
             })
             .collect();
-        Groups {
-            ids,
-            num_groups: seen.len(),
-        }
+        Groups { ids, num_groups: seen.len() }
     }
 
     #[test]
@@ -252,31 +220,20 @@ mod tests {
         // Dense keys (direct table), sparse keys (hashed u64), keys too wide for u64 (hashed triple).
         for scale in [1, 1_000_003, 1 << 50] {
             let env: Vec<i64> = (0..n).map(|i| (i * 7919 % 1013) as i64 * scale).collect();
-            assert_eq!(
-                group_ids(&env, &agent, &turn).unwrap(),
-                naive(&env, &agent, &turn),
-                "scale {scale}"
-            );
+            assert_eq!(group_ids(&env, &agent, &turn).unwrap(), naive(&env, &agent, &turn), "scale {scale}");
         }
     }
 
     #[test]
     fn rejects_negative_keys_and_length_mismatch() {
-        assert!(matches!(
-            group_ids(&[0, -1], &[0, 0], &[0, 0]),
-            Err(KernelError::InvalidArgument { name: "env", .. })
-        ));
+        assert!(matches!(group_ids(&[0, -1], &[0, 0], &[0, 0]), Err(KernelError::InvalidArgument { name: "env", .. })));
         assert!(matches!(
             group_ids(&[0, 1], &[0, 0], &[0, -3]),
             Err(KernelError::InvalidArgument { name: "turn", .. })
         ));
         assert_eq!(
             group_ids(&[0, 1], &[0], &[0, 0]),
-            Err(KernelError::ShapeMismatch {
-                what: "agent",
-                expected: 2,
-                got: 1
-            })
+            Err(KernelError::ShapeMismatch { what: "agent", expected: 2, got: 1 })
         );
     }
 }

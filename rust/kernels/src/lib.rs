@@ -8,9 +8,7 @@ mod error;
 mod groups;
 mod packing;
 
-pub use advantages::{
-    compute_advantages, group_advantages, mix_rewards, AdvantageOptions, Advantages, GroupStats,
-};
+pub use advantages::{compute_advantages, group_advantages, mix_rewards, AdvantageOptions, Advantages, GroupStats};
 pub use error::{KernelError, Result};
 pub use groups::{group_ids, Groups};
 pub use packing::{pack_batch, pad_batch, plan_microbatches, Packed, Padded, Samples};

@@ -36,26 +36,16 @@ impl Samples<'_> {
     /// Checks every invariant of the module docs.
     pub fn validate(&self) -> Result<()> {
         if self.offsets.is_empty() {
-            return Err(arg(
-                "offsets",
-                "must have n + 1 entries (at least [0])".into(),
-            ));
+            return Err(arg("offsets", "must have n + 1 entries (at least [0])".into()));
         }
         let n = self.len();
         shape("prompt_lens", n, self.prompt_lens.len())?;
         shape("advantages", n, self.advantages.len())?;
         if self.offsets[0] != 0 {
-            return Err(arg(
-                "offsets",
-                format!("must start at 0, got {}", self.offsets[0]),
-            ));
+            return Err(arg("offsets", format!("must start at 0, got {}", self.offsets[0])));
         }
         if self.offsets[n] as u64 != self.tokens.len() as u64 {
-            let msg = format!(
-                "must end at len(tokens) = {}, got {}",
-                self.tokens.len(),
-                self.offsets[n]
-            );
+            let msg = format!("must end at len(tokens) = {}, got {}", self.tokens.len(), self.offsets[n]);
             return Err(arg("offsets", msg));
         }
         for i in 0..n {
@@ -66,16 +56,10 @@ impl Samples<'_> {
             }
             let p = self.prompt_lens[i];
             if p < 0 || p > len {
-                return Err(arg(
-                    "prompt_lens",
-                    format!("sample {i}: prompt length {p} is outside 0..={len}"),
-                ));
+                return Err(arg("prompt_lens", format!("sample {i}: prompt length {p} is outside 0..={len}")));
             }
             if !self.advantages[i].is_finite() {
-                return Err(arg(
-                    "advantages",
-                    format!("sample {i}: advantage {} is not finite", self.advantages[i]),
-                ));
+                return Err(arg("advantages", format!("sample {i}: advantage {} is not finite", self.advantages[i])));
             }
         }
         Ok(())
@@ -101,17 +85,10 @@ pub fn plan_microbatches(lengths: &[i64], max_tokens: i64) -> Result<Vec<Vec<i64
     }
     for (index, &len) in lengths.iter().enumerate() {
         if len < 0 {
-            return Err(arg(
-                "lengths",
-                format!("sample {index} has negative length {len}"),
-            ));
+            return Err(arg("lengths", format!("sample {index} has negative length {len}")));
         }
         if len > max_tokens {
-            return Err(KernelError::SampleTooLong {
-                index,
-                len: len as usize,
-                max_tokens: max_tokens as usize,
-            });
+            return Err(KernelError::SampleTooLong { index, len: len as usize, max_tokens: max_tokens as usize });
         }
     }
     let mut order: Vec<usize> = (0..lengths.len()).collect();
@@ -143,10 +120,7 @@ struct RoomTree {
 impl RoomTree {
     fn new(bins: usize) -> Self {
         let size = bins.next_power_of_two().max(1);
-        Self {
-            size,
-            node: vec![-1; 2 * size],
-        }
+        Self { size, node: vec![-1; 2 * size] }
     }
 
     fn set(&mut self, bin: usize, room: i64) {
@@ -169,11 +143,7 @@ impl RoomTree {
         }
         let mut k = 1;
         while k < self.size {
-            k = if self.node[2 * k] >= tokens {
-                2 * k
-            } else {
-                2 * k + 1
-            };
+            k = if self.node[2 * k] >= tokens { 2 * k } else { 2 * k + 1 };
         }
         Some(k - self.size)
     }
@@ -197,12 +167,7 @@ pub struct Padded {
 pub fn pad_batch(samples: Samples<'_>, indices: &[i64], pad_id: i64) -> Result<Padded> {
     samples.validate()?;
     let rows = checked_indices(indices, samples.len())?;
-    let width = rows
-        .iter()
-        .map(|&i| samples.span(i))
-        .map(|(s, e, _)| e - s)
-        .max()
-        .unwrap_or(0);
+    let width = rows.iter().map(|&i| samples.span(i)).map(|(s, e, _)| e - s).max().unwrap_or(0);
     let cells = rows.len() * width;
     let mut out = Padded {
         batch: rows.len(),
@@ -240,11 +205,7 @@ pub struct Packed {
 pub fn pack_batch(samples: Samples<'_>, indices: &[i64]) -> Result<Packed> {
     samples.validate()?;
     let rows = checked_indices(indices, samples.len())?;
-    let total: usize = rows
-        .iter()
-        .map(|&i| samples.span(i))
-        .map(|(s, e, _)| e - s)
-        .sum();
+    let total: usize = rows.iter().map(|&i| samples.span(i)).map(|(s, e, _)| e - s).sum();
     let mut out = Packed {
         input_ids: Vec::with_capacity(total),
         position_ids: Vec::with_capacity(total),
@@ -260,8 +221,7 @@ pub fn pack_batch(samples: Samples<'_>, indices: &[i64]) -> Result<Packed> {
         out.input_ids.extend_from_slice(&samples.tokens[start..end]);
         out.position_ids.extend(0..len as i64);
         out.loss_mask.extend((0..len).map(|t| t >= prompt));
-        out.token_advantages
-            .extend((0..len).map(|t| if t >= prompt { adv } else { 0.0 }));
+        out.token_advantages.extend((0..len).map(|t| if t >= prompt { adv } else { 0.0 }));
         out.cu_seqlens.push(out.input_ids.len() as i64);
     }
     Ok(out)
@@ -273,10 +233,7 @@ fn checked_indices(indices: &[i64], n: usize) -> Result<Vec<usize>> {
         .enumerate()
         .map(|(k, &i)| {
             if i < 0 || i as u64 >= n as u64 {
-                Err(arg(
-                    "indices",
-                    format!("index {i} at position {k} is outside 0..{n}"),
-                ))
+                Err(arg("indices", format!("index {i} at position {k} is outside 0..{n}")))
             } else {
                 Ok(i as usize)
             }
@@ -290,11 +247,7 @@ fn arg(name: &'static str, msg: String) -> KernelError {
 
 fn shape(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected != got {
-        return Err(KernelError::ShapeMismatch {
-            what,
-            expected,
-            got,
-        });
+        return Err(KernelError::ShapeMismatch { what, expected, got });
     }
     Ok(())
 }
@@ -310,12 +263,7 @@ mod tests {
     const ADV: [f64; 3] = [0.5, -1.0, 2.0];
 
     fn samples() -> Samples<'static> {
-        Samples {
-            tokens: &TOKENS,
-            offsets: &OFFSETS,
-            prompt_lens: &PROMPTS,
-            advantages: &ADV,
-        }
+        Samples { tokens: &TOKENS, offsets: &OFFSETS, prompt_lens: &PROMPTS, advantages: &ADV }
     }
 
     #[test]
@@ -323,18 +271,9 @@ mod tests {
         let p = pad_batch(samples(), &[0, 1], -1).unwrap();
         assert_eq!((p.batch, p.width), (2, 4));
         assert_eq!(p.input_ids, vec![1, 2, 3, -1, 4, 5, 6, 7]);
-        assert_eq!(
-            p.attention_mask,
-            vec![true, true, true, false, true, true, true, true]
-        );
-        assert_eq!(
-            p.loss_mask,
-            vec![false, false, true, false, false, true, true, true]
-        );
-        assert_eq!(
-            p.token_advantages,
-            vec![0.0, 0.0, 0.5, 0.0, 0.0, -1.0, -1.0, -1.0]
-        );
+        assert_eq!(p.attention_mask, vec![true, true, true, false, true, true, true, true]);
+        assert_eq!(p.loss_mask, vec![false, false, true, false, false, true, true, true]);
+        assert_eq!(p.token_advantages, vec![0.0, 0.0, 0.5, 0.0, 0.0, -1.0, -1.0, -1.0]);
     }
 
     #[test]
@@ -356,11 +295,7 @@ mod tests {
 
     #[test]
     fn rejects_malformed_samples_and_indices() {
-        let with = |offsets: &'static [i64], prompt_lens: &'static [i64]| Samples {
-            offsets,
-            prompt_lens,
-            ..samples()
-        };
+        let with = |offsets: &'static [i64], prompt_lens: &'static [i64]| Samples { offsets, prompt_lens, ..samples() };
         let malformed = [
             with(&[], &[]),                // not even [0]
             with(&[1, 3, 7, 9], &PROMPTS), // does not start at 0
@@ -371,48 +306,15 @@ mod tests {
             with(&OFFSETS, &[2, -1, 2]),   // negative prompt
         ];
         for s in malformed {
-            assert!(
-                matches!(
-                    pad_batch(s, &[0], 0),
-                    Err(KernelError::InvalidArgument { .. })
-                ),
-                "{s:?}"
-            );
-            assert!(
-                matches!(
-                    pack_batch(s, &[0]),
-                    Err(KernelError::InvalidArgument { .. })
-                ),
-                "{s:?}"
-            );
+            assert!(matches!(pad_batch(s, &[0], 0), Err(KernelError::InvalidArgument { .. })), "{s:?}");
+            assert!(matches!(pack_batch(s, &[0]), Err(KernelError::InvalidArgument { .. })), "{s:?}");
         }
         let short = with(&[0, 3, 9], &PROMPTS);
-        assert!(matches!(
-            pack_batch(short, &[0]),
-            Err(KernelError::ShapeMismatch {
-                what: "prompt_lens",
-                ..
-            })
-        ));
-        let nan = Samples {
-            advantages: &[0.0, f64::NAN, 0.0],
-            ..samples()
-        };
-        assert!(matches!(
-            pack_batch(nan, &[0]),
-            Err(KernelError::InvalidArgument {
-                name: "advantages",
-                ..
-            })
-        ));
+        assert!(matches!(pack_batch(short, &[0]), Err(KernelError::ShapeMismatch { what: "prompt_lens", .. })));
+        let nan = Samples { advantages: &[0.0, f64::NAN, 0.0], ..samples() };
+        assert!(matches!(pack_batch(nan, &[0]), Err(KernelError::InvalidArgument { name: "advantages", .. })));
         for bad in [[3i64], [-1]] {
-            assert!(matches!(
-                pack_batch(samples(), &bad),
-                Err(KernelError::InvalidArgument {
-                    name: "indices",
-                    ..
-                })
-            ));
+            assert!(matches!(pack_batch(samples(), &bad), Err(KernelError::InvalidArgument { name: "indices", .. })));
         }
     }
 
@@ -436,35 +338,16 @@ mod tests {
         }
         assert!(seen.iter().all(|&c| c == 1));
         let total: i64 = lengths.iter().sum();
-        assert!(
-            (bins.len() as i64) < total / 2048 + 1 + total / 2048 / 10,
-            "FFD should be near-optimal"
-        );
+        assert!((bins.len() as i64) < total / 2048 + 1 + total / 2048 / 10, "FFD should be near-optimal");
     }
 
     #[test]
     fn plan_rejects_too_long_negative_and_bad_budget() {
         assert_eq!(
             plan_microbatches(&[3, 11], 10),
-            Err(KernelError::SampleTooLong {
-                index: 1,
-                len: 11,
-                max_tokens: 10
-            })
+            Err(KernelError::SampleTooLong { index: 1, len: 11, max_tokens: 10 })
         );
-        assert!(matches!(
-            plan_microbatches(&[-1], 10),
-            Err(KernelError::InvalidArgument {
-                name: "lengths",
-                ..
-            })
-        ));
-        assert!(matches!(
-            plan_microbatches(&[1], 0),
-            Err(KernelError::InvalidArgument {
-                name: "max_tokens",
-                ..
-            })
-        ));
+        assert!(matches!(plan_microbatches(&[-1], 10), Err(KernelError::InvalidArgument { name: "lengths", .. })));
+        assert!(matches!(plan_microbatches(&[1], 0), Err(KernelError::InvalidArgument { name: "max_tokens", .. })));
     }
 }

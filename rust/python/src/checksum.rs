@@ -15,15 +15,8 @@ use pyo3::prelude::*;
 use crate::guard::run_detached;
 
 #[pyfunction]
-fn crc32_many(
-    py: Python<'_>,
-    buffers: Vec<Bound<'_, PyAny>>,
-    threads: usize,
-) -> PyResult<Vec<u32>> {
-    let held = buffers
-        .iter()
-        .map(HeldBytes::get)
-        .collect::<PyResult<Vec<_>>>()?;
+fn crc32_many(py: Python<'_>, buffers: Vec<Bound<'_, PyAny>>, threads: usize) -> PyResult<Vec<u32>> {
+    let held = buffers.iter().map(HeldBytes::get).collect::<PyResult<Vec<_>>>()?;
     let slices: Vec<&[u8]> = held.iter().map(HeldBytes::bytes).collect();
     run_detached(py, || Ok(atgrpo_checksum::crc32_many(&slices, threads)))
     // `held` is released here, with the GIL held again, as `PyBuffer_Release` requires.

@@ -12,6 +12,9 @@ use pyo3::types::{PyBytes, PyList, PyString};
 use crate::errors::to_py_env;
 use crate::guard::{run_attached, run_detached};
 
+/// A numpy column handed to Python (it owns the buffer).
+type Column<'py, T> = Bound<'py, numpy::PyArray1<T>>;
+
 #[pyclass(name = "EnvPool", module = "atgrpo._core")]
 pub struct PyEnvPool {
     inner: Box<dyn AnyPool>,
@@ -37,10 +40,7 @@ fn action_text<'a>(item: &'a Bound<'_, PyAny>, index: usize) -> PyResult<Option<
     if item.is_none() {
         return Ok(None);
     }
-    Err(PyTypeError::new_err(format!(
-        "actions[{index}] must be str, bytes or None, got {}",
-        item.get_type().name()?
-    )))
+    Err(PyTypeError::new_err(format!("actions[{index}] must be str, bytes or None, got {}", item.get_type().name()?)))
 }
 
 type StepTuple<'py> = (
@@ -144,7 +144,7 @@ impl PyEnvPool {
         &mut self,
         py: Python<'py>,
         env_ids: PyReadonlyArray1<'py, i64>,
-    ) -> PyResult<(Vec<Option<String>>, Bound<'py, numpy::PyArray1<u32>>)> {
+    ) -> PyResult<(Vec<Option<String>>, Column<'py, u32>)> {
         let ids = env_ids.as_slice()?;
         let pool = &mut *self.inner;
         let (plans, lens) = run_detached(py, || pool.solve(ids).map_err(to_py_env))?;
@@ -155,11 +155,7 @@ impl PyEnvPool {
         &mut self,
         py: Python<'py>,
         env_ids: PyReadonlyArray1<'py, i64>,
-    ) -> PyResult<(
-        Bound<'py, numpy::PyArray1<u32>>,
-        Bound<'py, numpy::PyArray1<bool>>,
-        Bound<'py, numpy::PyArray1<bool>>,
-    )> {
+    ) -> PyResult<(Column<'py, u32>, Column<'py, bool>, Column<'py, bool>)> {
         let ids = env_ids.as_slice()?;
         let pool = &mut *self.inner;
         let (steps, done, success) = run_detached(py, || pool.status(ids).map_err(to_py_env))?;

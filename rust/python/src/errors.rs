@@ -12,14 +12,34 @@ use pyo3::prelude::*;
 create_exception!(atgrpo._core, AtgrpoError, PyException, "Base class of every atgrpo error.");
 create_exception!(atgrpo._core, InternalError, AtgrpoError, "A bug in atgrpo (a Rust panic).");
 create_exception!(atgrpo._core, UnknownTaskError, AtgrpoError, "No task is registered under that name.");
-create_exception!(atgrpo._core, InvalidConfigError, AtgrpoError, "A task config field is missing, unknown or out of range.");
+create_exception!(
+    atgrpo._core,
+    InvalidConfigError,
+    AtgrpoError,
+    "A task config field is missing, unknown or out of range."
+);
 create_exception!(atgrpo._core, InvalidEnvIdError, AtgrpoError, "An env id is negative or not below the pool size.");
 create_exception!(atgrpo._core, DuplicateEnvIdError, AtgrpoError, "The same env id appears twice in one batch call.");
-create_exception!(atgrpo._core, LengthMismatchError, AtgrpoError, "Per-env arguments do not have one entry per env id.");
+create_exception!(
+    atgrpo._core,
+    LengthMismatchError,
+    AtgrpoError,
+    "Per-env arguments do not have one entry per env id."
+);
 create_exception!(atgrpo._core, PoolClosedError, AtgrpoError, "The env pool was closed.");
 create_exception!(atgrpo._core, EnvNotReadyError, AtgrpoError, "The env was never reset, or its episode is over.");
-create_exception!(atgrpo._core, SnapshotError, AtgrpoError, "Snapshot bytes are malformed or belong to another task or config.");
-create_exception!(atgrpo._core, GenerationError, AtgrpoError, "No level satisfying the config was found within the attempt budget.");
+create_exception!(
+    atgrpo._core,
+    SnapshotError,
+    AtgrpoError,
+    "Snapshot bytes are malformed or belong to another task or config."
+);
+create_exception!(
+    atgrpo._core,
+    GenerationError,
+    AtgrpoError,
+    "No level satisfying the config was found within the attempt budget."
+);
 create_exception!(atgrpo._core, KernelShapeError, AtgrpoError, "Kernel inputs have mismatched lengths.");
 create_exception!(atgrpo._core, KernelArgumentError, AtgrpoError, "A kernel argument is out of its domain.");
 create_exception!(atgrpo._core, SampleTooLongError, AtgrpoError, "A sample does not fit the micro-batch token budget.");

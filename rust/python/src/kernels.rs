@@ -13,15 +13,8 @@ use pyo3::prelude::*;
 use crate::errors::to_py_kernel;
 use crate::guard::run_detached;
 
-type Stats<'py> = (
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<i64>>,
-    usize,
-    usize,
-    usize,
-    usize,
-);
+type Stats<'py> =
+    (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<i64>>, usize, usize, usize, usize);
 
 /// A slice of the array; a strided (non-contiguous) one is copied once instead of being refused.
 fn slice<'a, T: Element + Clone>(a: &'a PyReadonlyArray1<'_, T>) -> Cow<'a, [T]> {
@@ -45,10 +38,7 @@ fn stats_to_py(py: Python<'_>, s: k::GroupStats) -> Stats<'_> {
 
 fn options(eps: f64, ddof: i64) -> PyResult<k::AdvantageOptions> {
     let ddof = u32::try_from(ddof).map_err(|_| {
-        to_py_kernel(k::KernelError::InvalidArgument {
-            name: "ddof",
-            msg: format!("must be 0 or 1, got {ddof}"),
-        })
+        to_py_kernel(k::KernelError::InvalidArgument { name: "ddof", msg: format!("must be 0 or 1, got {ddof}") })
     })?;
     Ok(k::AdvantageOptions { eps, ddof })
 }
@@ -61,9 +51,7 @@ fn group_ids<'py>(
     turn: PyReadonlyArray1<'py, i64>,
 ) -> PyResult<(Bound<'py, PyArray1<i64>>, usize)> {
     let (env, agent, turn) = (slice(&env), slice(&agent), slice(&turn));
-    let g = run_detached(py, || {
-        k::group_ids(&env, &agent, &turn).map_err(to_py_kernel)
-    })?;
+    let g = run_detached(py, || k::group_ids(&env, &agent, &turn).map_err(to_py_kernel))?;
     Ok((PyArray1::from_vec(py, g.ids), g.num_groups))
 }
 
@@ -79,18 +67,10 @@ fn group_advantages<'py>(
     let (ids, rewards, opts) = (slice(&group_ids), slice(&rewards), options(eps, ddof)?);
     let num_groups = usize::try_from(num_groups).map_err(|_| {
         let msg = format!("must be >= 0, got {num_groups}");
-        to_py_kernel(k::KernelError::InvalidArgument {
-            name: "num_groups",
-            msg,
-        })
+        to_py_kernel(k::KernelError::InvalidArgument { name: "num_groups", msg })
     })?;
-    let a = run_detached(py, || {
-        k::group_advantages(&ids, &rewards, num_groups, opts).map_err(to_py_kernel)
-    })?;
-    Ok((
-        PyArray1::from_vec(py, a.advantages),
-        stats_to_py(py, a.stats),
-    ))
+    let a = run_detached(py, || k::group_advantages(&ids, &rewards, num_groups, opts).map_err(to_py_kernel))?;
+    Ok((PyArray1::from_vec(py, a.advantages), stats_to_py(py, a.stats)))
 }
 
 #[pyfunction]
@@ -103,24 +83,12 @@ fn compute_advantages<'py>(
     rewards: PyReadonlyArray1<'py, f64>,
     eps: f64,
     ddof: i64,
-) -> PyResult<(
-    Bound<'py, PyArray1<i64>>,
-    usize,
-    Bound<'py, PyArray1<f64>>,
-    Stats<'py>,
-)> {
+) -> PyResult<(Bound<'py, PyArray1<i64>>, usize, Bound<'py, PyArray1<f64>>, Stats<'py>)> {
     let (env, agent, turn, rewards) = (slice(&env), slice(&agent), slice(&turn), slice(&rewards));
     let opts = options(eps, ddof)?;
-    let (g, a) = run_detached(py, || {
-        k::compute_advantages(&env, &agent, &turn, &rewards, opts).map_err(to_py_kernel)
-    })?;
+    let (g, a) = run_detached(py, || k::compute_advantages(&env, &agent, &turn, &rewards, opts).map_err(to_py_kernel))?;
     let ids = PyArray1::from_vec(py, g.ids);
-    Ok((
-        ids,
-        g.num_groups,
-        PyArray1::from_vec(py, a.advantages),
-        stats_to_py(py, a.stats),
-    ))
+    Ok((ids, g.num_groups, PyArray1::from_vec(py, a.advantages), stats_to_py(py, a.stats)))
 }
 
 #[pyfunction]
@@ -131,9 +99,7 @@ fn mix_rewards<'py>(
     alpha: f64,
 ) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let (team, local) = (slice(&team), slice(&local));
-    let mixed = run_detached(py, || {
-        k::mix_rewards(&team, &local, alpha).map_err(to_py_kernel)
-    })?;
+    let mixed = run_detached(py, || k::mix_rewards(&team, &local, alpha).map_err(to_py_kernel))?;
     Ok(PyArray1::from_vec(py, mixed))
 }
 
@@ -144,13 +110,8 @@ fn plan_microbatches<'py>(
     max_tokens: i64,
 ) -> PyResult<Vec<Bound<'py, PyArray1<i64>>>> {
     let lengths = slice(&lengths);
-    let bins = run_detached(py, || {
-        k::plan_microbatches(&lengths, max_tokens).map_err(to_py_kernel)
-    })?;
-    Ok(bins
-        .into_iter()
-        .map(|b| PyArray1::from_vec(py, b))
-        .collect())
+    let bins = run_detached(py, || k::plan_microbatches(&lengths, max_tokens).map_err(to_py_kernel))?;
+    Ok(bins.into_iter().map(|b| PyArray1::from_vec(py, b)).collect())
 }
 
 #[pyfunction]
@@ -172,12 +133,8 @@ fn pad_batch<'py>(
     let (tokens, offsets, prompt_lens) = (slice(&tokens), slice(&offsets), slice(&prompt_lens));
     let (advantages, indices) = (slice(&advantages), slice(&indices));
     let p = run_detached(py, || {
-        let samples = k::Samples {
-            tokens: &tokens,
-            offsets: &offsets,
-            prompt_lens: &prompt_lens,
-            advantages: &advantages,
-        };
+        let samples =
+            k::Samples { tokens: &tokens, offsets: &offsets, prompt_lens: &prompt_lens, advantages: &advantages };
         k::pad_batch(samples, &indices, pad_id).map_err(to_py_kernel)
     })?;
     let shape = [p.batch, p.width];
@@ -208,12 +165,8 @@ fn pack_batch<'py>(
     let (tokens, offsets, prompt_lens) = (slice(&tokens), slice(&offsets), slice(&prompt_lens));
     let (advantages, indices) = (slice(&advantages), slice(&indices));
     let p = run_detached(py, || {
-        let samples = k::Samples {
-            tokens: &tokens,
-            offsets: &offsets,
-            prompt_lens: &prompt_lens,
-            advantages: &advantages,
-        };
+        let samples =
+            k::Samples { tokens: &tokens, offsets: &offsets, prompt_lens: &prompt_lens, advantages: &advantages };
         k::pack_batch(samples, &indices).map_err(to_py_kernel)
     })?;
     Ok((

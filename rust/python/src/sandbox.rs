@@ -16,8 +16,18 @@ use pyo3::types::{PyBytes, PyList, PyString};
 use crate::errors::AtgrpoError;
 use crate::guard::{run_attached, run_detached};
 
-create_exception!(atgrpo._core, SandboxConfigError, AtgrpoError, "A sandbox config field is unknown, missing or out of range.");
-create_exception!(atgrpo._core, InvalidProgramError, AtgrpoError, "A program given to the sandbox is malformed (no tests, too large).");
+create_exception!(
+    atgrpo._core,
+    SandboxConfigError,
+    AtgrpoError,
+    "A sandbox config field is unknown, missing or out of range."
+);
+create_exception!(
+    atgrpo._core,
+    InvalidProgramError,
+    AtgrpoError,
+    "A program given to the sandbox is malformed (no tests, too large)."
+);
 create_exception!(
     atgrpo._core,
     SandboxUnavailableError,
@@ -65,7 +75,11 @@ impl PyProgram {
                     .extract()
                     .map_err(|_| PyTypeError::new_err(format!("cases[{i}] must be a (stdin, expected) pair")))?;
                 let stdin = text_bytes(&stdin, &format!("cases[{i}] stdin"))?;
-                let expected = if expected.is_none() { None } else { Some(text_bytes(&expected, &format!("cases[{i}] expected"))?) };
+                let expected = if expected.is_none() {
+                    None
+                } else {
+                    Some(text_bytes(&expected, &format!("cases[{i}] expected"))?)
+                };
                 Ok(StdioCase { stdin, expected })
             })
             .collect::<PyResult<Vec<_>>>()?;

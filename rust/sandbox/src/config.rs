@@ -41,6 +41,10 @@ pub struct SandboxConfig {
     pub namespaces: bool,
     /// Fail at construction instead of warning when namespaces are unavailable.
     pub require_namespaces: bool,
+    /// Fail at construction instead of warning when the kernel's Landlock lacks any layer the
+    /// sandbox asks for (file fence, truncate, TCP, device ioctl, signal and abstract-socket
+    /// scopes: ABI >= 6).
+    pub require_landlock: bool,
     /// Extra paths the program may read (and execute) besides the interpreter's prefix and system
     /// library directories.
     pub read_paths: Vec<String>,
@@ -66,6 +70,7 @@ impl Default for SandboxConfig {
             max_starts: 3,
             namespaces: true,
             require_namespaces: false,
+            require_landlock: false,
             read_paths: Vec::new(),
             tmp_root: None,
             unsafe_no_isolation: false,
@@ -105,6 +110,9 @@ impl SandboxConfig {
         check_range("max_starts", self.max_starts, 1, 1000)?;
         if self.require_namespaces && (!self.namespaces || self.unsafe_no_isolation) {
             return Err(bad("require_namespaces needs namespaces = true and unsafe_no_isolation = false"));
+        }
+        if self.require_landlock && self.unsafe_no_isolation {
+            return Err(bad("require_landlock needs unsafe_no_isolation = false"));
         }
         for p in self.read_paths.iter().chain(self.tmp_root.iter()).chain(self.python.iter()) {
             if p.is_empty() || p.contains('\0') {
@@ -177,6 +185,7 @@ mod tests {
             r#"{"memory_mb": 1}"#,
             r#"{"read_paths": ["relative/path"]}"#,
             r#"{"require_namespaces": true, "namespaces": false}"#,
+            r#"{"require_landlock": true, "unsafe_no_isolation": true}"#,
         ] {
             assert!(SandboxConfig::from_json(json).is_err(), "{json} accepted");
         }

@@ -22,8 +22,8 @@
 //! `landlock` crate, both in the parent; the vfork child only installs what was prepared (see
 //! `seccomp.rs` and `landlock.rs` for the few instructions still written by hand, and why).
 //! `tests/filter_readback.rs` reads the filters back out of a running program and checks them
-//! against the promised deny list; `tests/kernel_features.rs` checks that a kernel without Landlock
-//! or user namespaces is reported (`IsolationReport::missing`, `warning`), never accepted silently.
+//! against the promised deny list; `tests/kernel_features.rs` checks that a kernel without Landlock,
+//! with an older Landlock ABI, or without user namespaces is reported (`IsolationReport::missing`, `warning`), never accepted silently.
 //!
 //! Trust boundary of the verdicts: stdout is compared in the host; assert-style results come from
 //! the harness over a private fd, authenticated by a per-start nonce that is never in argv, the
@@ -61,5 +61,5 @@ mod zygote;
 pub use config::SandboxConfig;
 pub use error::{Result, SandboxError};
 pub use pool::Sandbox;
-pub use probe::{IsolationReport, KernelFeatures, Missing};
+pub use probe::{landlock_gaps, IsolationReport, KernelFeatures, Missing, LANDLOCK_FULL_ABI};
 pub use program::{outputs_match, Program, ProgramResult, StdioCase, TestResult, Verdict};

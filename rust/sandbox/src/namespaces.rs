@@ -101,14 +101,36 @@ extern "C" fn keeper(arg: *mut libc::c_void) -> libc::c_int {
             return fail(6);
         }
         let ro = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
-        let set = libc::syscall(SYS_MOUNT_SETATTR, libc::AT_FDCWD, c"/".as_ptr(), libc::AT_RECURSIVE, &ro as *const MountAttr, 32usize);
+        let set = libc::syscall(
+            SYS_MOUNT_SETATTR,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            libc::AT_RECURSIVE,
+            &ro as *const MountAttr,
+            32usize,
+        );
         if set == 0 {
             let rw = MountAttr { attr_set: 0, attr_clr: MOUNT_ATTR_RDONLY, propagation: 0, userns_fd: 0 };
-            if libc::syscall(SYS_MOUNT_SETATTR, libc::AT_FDCWD, root, libc::AT_RECURSIVE, &rw as *const MountAttr, 32usize) != 0 {
+            if libc::syscall(
+                SYS_MOUNT_SETATTR,
+                libc::AT_FDCWD,
+                root,
+                libc::AT_RECURSIVE,
+                &rw as *const MountAttr,
+                32usize,
+            ) != 0
+            {
                 return fail(7);
             }
             // Each execution writes its own /proc/self/uid_map before Landlock shuts /proc off.
-            let proc_rw = libc::syscall(SYS_MOUNT_SETATTR, libc::AT_FDCWD, c"/proc".as_ptr(), 0, &rw as *const MountAttr, 32usize);
+            let proc_rw = libc::syscall(
+                SYS_MOUNT_SETATTR,
+                libc::AT_FDCWD,
+                c"/proc".as_ptr(),
+                0,
+                &rw as *const MountAttr,
+                32usize,
+            );
             if proc_rw != 0 {
                 return fail(9);
             }
@@ -147,8 +169,12 @@ pub fn create(work_root: &Path) -> Result<SharedNamespaces, String> {
     let mut status = 0;
     unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
     // Take ownership of whatever was opened, so that a failure part-way leaks nothing.
-    let fds: Vec<Option<OwnedFd>> =
-        plan.fds.iter().map(|f| f.load(Ordering::SeqCst)).map(|fd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })).collect();
+    let fds: Vec<Option<OwnedFd>> = plan
+        .fds
+        .iter()
+        .map(|f| f.load(Ordering::SeqCst))
+        .map(|fd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }))
+        .collect();
     let step = plan.failed_step.load(Ordering::SeqCst);
     if step != 0 {
         let err = std::io::Error::from_raw_os_error(plan.errno.load(Ordering::SeqCst));

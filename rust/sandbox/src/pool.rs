@@ -4,7 +4,8 @@
 //! (`KernelFeatures`: Landlock ABI, user namespaces, seccomp), make the shared namespaces, and run a
 //! self-test program through the full isolation. If the namespaced self-test fails, the reason goes
 //! into `IsolationReport::warning` and the fallback (no namespaces) is tested instead, unless
-//! `require_namespaces` makes it an error. Every layer the machine lacks is named in
+//! `require_namespaces` makes it an error (`require_landlock`: a Landlock older than the ABI that
+//! gives every layer, checked before anything starts). Every layer the machine lacks is named in
 //! `IsolationReport::missing` (typed) and in `warning`: nothing missing is accepted silently.
 //!
 //! Threads: `workers` OS threads each run one execution at a time (a blocking poll loop). Batches
@@ -23,10 +24,10 @@ use crate::config::SandboxConfig;
 use crate::error::{Result, SandboxError};
 use crate::landlock::Fence;
 use crate::namespaces;
-use crate::probe::{IsolationReport, KernelFeatures, Missing};
+use crate::probe::{landlock_gaps, IsolationReport, KernelFeatures, Missing, LANDLOCK_FULL_ABI};
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
 use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS, ZYGOTE};
-use crate::run::{Isolation, Shared, Worker};
+use crate::run::{ChildFilter, Isolation, Shared, Worker};
 use crate::seccomp;
 use crate::spawn::Stacks;
 use crate::sys;
@@ -46,12 +47,12 @@ fn make_work_root(cfg: &SandboxConfig) -> Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let base = cfg.tmp_root.as_ref().map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let tag: [u8; 6] = sys::random_bytes();
-    let name = format!("atgrpo-sandbox-{}-{}", std::process::id(), tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let name =
+        format!("atgrpo-sandbox-{}-{}", std::process::id(), tag.iter().map(|b| format!("{b:02x}")).collect::<String>());
     let root = base.join(name);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&root)
-        .map_err(|e| SandboxError::InvalidConfig(format!("cannot create a work directory in {}: {e}", base.display())))?;
+    std::fs::DirBuilder::new().mode(0o700).create(&root).map_err(|e| {
+        SandboxError::InvalidConfig(format!("cannot create a work directory in {}: {e}", base.display()))
+    })?;
     // Landlock and the bind mount need the real path (no symlinks such as /tmp -> /private/tmp).
     root.canonicalize().map_err(|e| SandboxError::InvalidConfig(format!("{}: {e}", root.display())))
 }
@@ -74,7 +75,8 @@ fn python_prefixes(python: &Path) -> Vec<PathBuf> {
 fn compile_scripts(python: &Path, scripts: &[&str]) -> Result<Vec<Vec<u8>>> {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let failed = |e: String| SandboxError::Unavailable(format!("{} could not compile the harness: {e}", python.display()));
+    let failed =
+        |e: String| SandboxError::Unavailable(format!("{} could not compile the harness: {e}", python.display()));
     let mut child = Command::new(python)
         .args(["-I", "-S", "-c", COMPILER])
         .env_clear()
@@ -109,9 +111,12 @@ fn compile_scripts(python: &Path, scripts: &[&str]) -> Result<Vec<Vec<u8>>> {
 /// `timeout_s` on a loaded machine must not pass for "this kernel cannot sandbox").
 /// The filter program a zygote's child adds (the deny list with `no_children`), as the bytes of its
 /// `sock_filter`s and its pid slots, for `zygote.py` to patch and install.
-fn child_filter(filter: Option<seccomp::Filter>) -> Option<(Vec<u8>, Vec<(usize, u8)>)> {
+fn child_filter(filter: Option<seccomp::Filter>) -> Option<ChildFilter> {
     let f = filter?;
-    let bytes = f.programs[0].iter().flat_map(|i| [&i.code.to_le_bytes()[..], &[i.jt, i.jf], &i.k.to_le_bytes()].concat()).collect();
+    let bytes = f.programs[0]
+        .iter()
+        .flat_map(|i| [&i.code.to_le_bytes()[..], &[i.jt, i.jf], &i.k.to_le_bytes()].concat())
+        .collect();
     let slots = f.slots.iter().map(|&(_, i, slot)| (i, u8::from(slot == seccomp::Slot::NegPid))).collect();
     Some((bytes, slots))
 }
@@ -126,12 +131,14 @@ fn self_test(shared: &mut Shared) -> std::result::Result<bool, String> {
 }
 
 fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
-    let program = Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
+    let program =
+        Program::Function { code: "x = 6 * 7\n".into(), setup: String::new(), tests: vec!["assert x == 42".into()] };
     let stacks = Stacks::new().map_err(|e| e.to_string())?;
     let limits = (shared.cfg.timeout_s, shared.cfg.program_timeout_s);
     shared.cfg.timeout_s = limits.0.max(30.0);
     shared.cfg.program_timeout_s = limits.1.max(30.0);
-    let mut worker = Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
+    let mut worker =
+        Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
     let result = worker.run(&program);
     let zygote = worker.zygote.take().is_some();
     (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
@@ -139,7 +146,8 @@ fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
     if t.verdict == Verdict::Passed {
         return Ok(zygote);
     }
-    let tail: String = t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+    let tail: String =
+        t.stderr_tail.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     Err(format!("self-test program got {}: {} {}", t.verdict.as_str(), t.detail, tail).trim_end().to_string())
 }
 
@@ -153,17 +161,32 @@ impl Sandbox {
         cfg.validate()?;
         let python_path = cfg.resolve_python()?;
         let python = sys::path_cstring(&python_path).map_err(|e| SandboxError::InvalidConfig(e.to_string()))?;
-        let argv = [python.clone(), CString::from(c"-I"), CString::from(c"-S"), CString::from(c"-c"), CString::new(BOOT).unwrap()].to_vec();
+        let argv = [
+            python.clone(),
+            CString::from(c"-I"),
+            CString::from(c"-S"),
+            CString::from(c"-c"),
+            CString::new(BOOT).unwrap(),
+        ]
+        .to_vec();
         let mut compiled = compile_scripts(&python_path, &[HARNESS, CANDIDATE, ZYGOTE])?.into_iter();
         let mut next = || compiled.next().unwrap_or_default();
         let (harness_code, candidate_code, zygote_code) = (next(), next(), next());
         let work_root = make_work_root(&cfg)?;
         let isolated = !cfg.unsafe_no_isolation;
         let abi = if isolated { kernel.landlock_abi } else { 0 };
+        let gaps = landlock_gaps(abi);
+        if cfg.require_landlock && !gaps.is_empty() {
+            let lines: Vec<&str> = gaps.iter().map(|(_, note)| *note).collect();
+            return Err(SandboxError::Unavailable(format!(
+                "require_landlock is set but the kernel offers Landlock ABI {abi} (every layer needs {LANDLOCK_FULL_ABI}): {}",
+                lines.join("; ")
+            )));
+        }
         let mut read_paths: Vec<PathBuf> = cfg.read_paths.iter().map(PathBuf::from).collect();
         read_paths.extend(python_prefixes(&python_path));
         let fence = if abi > 0 {
-            Some(Fence::new(&read_paths).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
+            Some(Fence::new(&read_paths, abi).map_err(|e| SandboxError::Unavailable(format!("landlock paths: {e}")))?)
         } else {
             None
         };
@@ -204,7 +227,8 @@ impl Sandbox {
             use_zygote: false,
         };
         if !isolated {
-            report.warning = Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
+            report.warning =
+                Some("unsafe_no_isolation: programs run without any isolation (benchmark reference only)".into());
             self_test(&mut shared).map_err(SandboxError::Unavailable)?;
             return Ok(Self::start(shared, report));
         }
@@ -240,9 +264,9 @@ impl Sandbox {
                                 report.missing.push(Missing::ReadonlyRoot);
                                 notes.push("mount_setattr unavailable: the root file system is not read-only");
                             }
-                            if abi == 0 {
-                                report.missing.push(Missing::Landlock);
-                                notes.push("no Landlock: files are fenced by the read-only mount namespace and permissions only");
+                            for (layer, note) in landlock_gaps(abi) {
+                                report.missing.push(layer);
+                                notes.push(note);
                             }
                             if !has_seccomp {
                                 report.missing.push(Missing::Seccomp);
@@ -271,17 +295,15 @@ impl Sandbox {
         shared.child_filter = child_filter(filter(true)?);
         shared.use_zygote = true;
         shared.drop_capabilities = is_root;
-        report.zygote = self_test(&mut shared).map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
+        report.zygote = self_test(&mut shared)
+            .map_err(|e| SandboxError::Unavailable(format!("{reason}; fallback failed too: {e}")))?;
         report.mode = "fallback";
         report.capabilities_dropped = is_root;
         report.missing.push(Missing::Namespaces);
         let mut missing = vec!["no pid/user/network/mount namespaces; child processes are refused"];
-        if abi == 0 {
-            report.missing.push(Missing::Landlock);
-            missing.push("no Landlock: files are protected only by the user's permissions");
-        } else if abi < 6 {
-            report.missing.push(Missing::LandlockScopes);
-            missing.push("Landlock < 6: signals are fenced by seccomp only");
+        for (layer, note) in landlock_gaps(abi) {
+            report.missing.push(layer);
+            missing.push(note);
         }
         if !has_seccomp {
             report.missing.push(Missing::Seccomp);
@@ -341,9 +363,7 @@ impl Sandbox {
         for (i, r) in rx {
             out[i] = Some(r);
         }
-        out.into_iter()
-            .map(|r| r.ok_or(SandboxError::Closed))
-            .collect()
+        out.into_iter().map(|r| r.ok_or(SandboxError::Closed)).collect()
     }
 
     /// Stops taking work, waits for queued and running executions, removes the work root. Idempotent.
@@ -368,16 +388,21 @@ impl Drop for Sandbox {
 }
 
 fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
-    let stacks = match Stacks::new() {
-        Ok(s) => Some(s),
-        Err(_) => None,
-    };
-    let mut worker = stacks.map(|stacks| Worker { shared, stacks, name: format!("w{index}"), counter: 0, zygote: None, zygote_cleaned: false });
+    let stacks = Stacks::new().ok();
+    let mut worker = stacks.map(|stacks| Worker {
+        shared,
+        stacks,
+        name: format!("w{index}"),
+        counter: 0,
+        zygote: None,
+        zygote_cleaned: false,
+    });
     loop {
         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
         let Ok((i, program, reply)) = job else { return };
         let result = match worker.as_mut() {
-            Some(w) => catch_unwind(AssertUnwindSafe(|| w.run(&program))).unwrap_or_else(|_| failed(&program, "internal error (panic) in the sandbox")),
+            Some(w) => catch_unwind(AssertUnwindSafe(|| w.run(&program)))
+                .unwrap_or_else(|_| failed(&program, "internal error (panic) in the sandbox")),
             None => failed(&program, "could not allocate the worker's clone stacks"),
         };
         let _ = reply.send((i, result));
@@ -385,5 +410,9 @@ fn worker_loop(index: usize, shared: &Shared, rx: &Mutex<Receiver<Job>>) {
 }
 
 fn failed(program: &Program, msg: &str) -> ProgramResult {
-    ProgramResult { tests: vec![TestResult::bare(Verdict::SandboxError, msg); program.num_tests()], starts: 0, wall_s: 0.0 }
+    ProgramResult {
+        tests: vec![TestResult::bare(Verdict::SandboxError, msg); program.num_tests()],
+        starts: 0,
+        wall_s: 0.0,
+    }
 }

@@ -71,4 +71,3 @@ pub fn reap(proc: &Proc, isolation: &Isolation, zygote: Option<&Zygote>) -> Opti
     let _ = sys::wait_pidfd(child.pidfd.as_raw_fd(), true);
     info
 }
-

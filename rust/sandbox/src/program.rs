@@ -50,9 +50,12 @@ impl Program {
         }
         let total: usize = match self {
             Program::Stdio { code, cases } => {
-                code.len() + cases.iter().map(|c| c.stdin.len() + c.expected.as_ref().map_or(0, Vec::len)).sum::<usize>()
+                code.len()
+                    + cases.iter().map(|c| c.stdin.len() + c.expected.as_ref().map_or(0, Vec::len)).sum::<usize>()
             }
-            Program::Function { code, setup, tests } => code.len() + setup.len() + tests.iter().map(String::len).sum::<usize>(),
+            Program::Function { code, setup, tests } => {
+                code.len() + setup.len() + tests.iter().map(String::len).sum::<usize>()
+            }
         };
         if total > MAX_TEXT_BYTES {
             return Err(bad(format!("{total} bytes of program and tests; at most {MAX_TEXT_BYTES}")));

@@ -73,7 +73,14 @@ pub enum Mode {
     Function,
 }
 
-pub fn control_message(nonce: &[u8; NONCE_LEN], mode: Mode, first: usize, code: &str, setup: &str, items: &[&[u8]]) -> Vec<u8> {
+pub fn control_message(
+    nonce: &[u8; NONCE_LEN],
+    mode: Mode,
+    first: usize,
+    code: &str,
+    setup: &str,
+    items: &[&[u8]],
+) -> Vec<u8> {
     let count = first + items.len();
     let body_len: usize = 8 + code.len() + setup.len() + items.iter().map(|i| 4 + i.len()).sum::<usize>();
     let mut m = Vec::with_capacity(NONCE_LEN + 21 + body_len);
@@ -142,8 +149,12 @@ impl RecordReader {
         };
         match kind {
             b'L' => Ok(Some(Record::Loaded { index })),
-            b'E' if !payload.is_empty() && status <= ST_UNSUPPORTED => Ok(Some(Record::TestEnd { index, status, detail })),
-            b'P' if !payload.is_empty() && status <= ST_UNSUPPORTED => Ok(Some(Record::LoadFailed { index, status, detail })),
+            b'E' if !payload.is_empty() && status <= ST_UNSUPPORTED => {
+                Ok(Some(Record::TestEnd { index, status, detail }))
+            }
+            b'P' if !payload.is_empty() && status <= ST_UNSUPPORTED => {
+                Ok(Some(Record::LoadFailed { index, status, detail }))
+            }
             b'D' => Ok(Some(Record::Done)),
             _ => Err(format!("malformed result record (kind {kind:#x})")),
         }

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 use crate::config::SandboxConfig;
 use crate::landlock::Fence;
 use crate::namespaces::SharedNamespaces;
+use crate::proc::{reap, Proc};
 use crate::program::{Program, ProgramResult, TestResult, Verdict};
 use crate::protocol::{self, Mode, RecordReader, NONCE_LEN};
 use crate::seccomp::Filter;
 use crate::session::{Capture, Io, Session, Stop};
 use crate::spawn::{self, Request, Stacks};
 use crate::sys::{self, ExitInfo};
-use crate::proc::{reap, Proc};
 use crate::zygote::Zygote;
 
 /// How executions are isolated (decided once per sandbox, see `pool`).
@@ -42,6 +42,10 @@ pub enum Isolation {
     /// Benchmark reference: the same spawn and harness, no isolation.
     None,
 }
+
+/// A zygote child's extra filter program: its `sock_filter`s as bytes, and its pid slots
+/// `(instruction, 0 pid | 1 -pid)`.
+pub type ChildFilter = (Vec<u8>, Vec<(usize, u8)>);
 
 /// Read-only state shared by all workers.
 pub struct Shared {
@@ -63,7 +67,7 @@ pub struct Shared {
     /// pid slots `(instruction, 0 pid | 1 -pid)`.
     pub zygote_code: Vec<u8>,
     pub zygote_filter: Option<Filter>,
-    pub child_filter: Option<(Vec<u8>, Vec<(usize, u8)>)>,
+    pub child_filter: Option<ChildFilter>,
     /// Whether function-mode starts fork from a zygote (isolated sandboxes).
     pub use_zygote: bool,
 }
@@ -94,7 +98,11 @@ impl Worker<'_> {
         let mut starts = 0;
         let mut skip_reason = "not run: the program's interpreter starts were used up";
         let zygote = matches!(program, Program::Function { .. }) && self.ensure_zygote();
-        let made = if zygote { Ok(self.zygote.as_ref().map(|z| z.run_dir.clone()).unwrap_or_default()) } else { self.make_workdir() };
+        let made = if zygote {
+            Ok(self.zygote.as_ref().map(|z| z.run_dir.clone()).unwrap_or_default())
+        } else {
+            self.make_workdir()
+        };
         let workdir = match made {
             Ok(dir) => dir,
             Err(e) => {
@@ -119,7 +127,8 @@ impl Worker<'_> {
         } else if workdir != self.shared.work_root {
             let _ = sys::remove_tree(&workdir);
         }
-        let tests = results.into_iter().map(|r| r.unwrap_or_else(|| TestResult::bare(Verdict::Skipped, skip_reason))).collect();
+        let tests =
+            results.into_iter().map(|r| r.unwrap_or_else(|| TestResult::bare(Verdict::Skipped, skip_reason))).collect();
         ProgramResult { tests, starts, wall_s: started.elapsed().as_secs_f64() }
     }
 
@@ -149,7 +158,15 @@ impl Worker<'_> {
 
     /// One interpreter start from test `first`; returns the index of the first test without a
     /// verdict (`n` when all have one).
-    fn start(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, use_zygote: bool, results: &mut [Option<TestResult>]) -> usize {
+    fn start(
+        &mut self,
+        program: &Program,
+        first: usize,
+        deadline: Instant,
+        workdir: &Path,
+        use_zygote: bool,
+        results: &mut [Option<TestResult>],
+    ) -> usize {
         self.zygote_cleaned = false;
         let next = self.start_once(program, first, deadline, workdir, use_zygote, results);
         if use_zygote && !self.zygote_cleaned && self.zygote.as_ref().is_none_or(|z| z.clean().is_err()) {
@@ -158,7 +175,15 @@ impl Worker<'_> {
         next
     }
 
-    fn start_once(&mut self, program: &Program, first: usize, deadline: Instant, workdir: &Path, use_zygote: bool, results: &mut [Option<TestResult>]) -> usize {
+    fn start_once(
+        &mut self,
+        program: &Program,
+        first: usize,
+        deadline: Instant,
+        workdir: &Path,
+        use_zygote: bool,
+        results: &mut [Option<TestResult>],
+    ) -> usize {
         let shared = self.shared;
         let cfg = &shared.cfg;
         let n = program.num_tests();
@@ -168,7 +193,9 @@ impl Worker<'_> {
             }
             n
         };
-        let (mode, code, setup, items, expected): (Mode, &str, &str, Vec<&[u8]>, Vec<Option<&[u8]>>) = match program {
+        // The start's mode, code, setup, one item per remaining test, and each test's expected stdout.
+        type Parts<'p> = (Mode, &'p str, &'p str, Vec<&'p [u8]>, Vec<Option<&'p [u8]>>);
+        let (mode, code, setup, items, expected): Parts<'_> = match program {
             Program::Stdio { code, cases } => (
                 Mode::Stdio,
                 code,
@@ -226,10 +253,12 @@ impl Worker<'_> {
             }
         }
         let ruleset = match &shared.fence {
-            Some(fence) if zygote.is_none() && !matches!(shared.isolation, Isolation::None) => match fence.ruleset(workdir) {
-                Ok(fd) => Some(fd),
-                Err(e) => return fail_all(results, format!("landlock ruleset: {e}")),
-            },
+            Some(fence) if zygote.is_none() && !matches!(shared.isolation, Isolation::None) => {
+                match fence.ruleset(workdir) {
+                    Ok(fd) => Some(fd),
+                    Err(e) => return fail_all(results, format!("landlock ruleset: {e}")),
+                }
+            }
             _ => None,
         };
         // Function mode: the program gets a process of its own, reached by the harness (the
@@ -243,7 +272,8 @@ impl Worker<'_> {
             None
         };
         let landlock = ruleset.as_ref().map(|fd| fd.as_raw_fd());
-        let limits: &[(libc::__rlimit_resource_t, u64)] = if matches!(shared.isolation, Isolation::None) { &[] } else { &rlimits };
+        let limits: &[(libc::__rlimit_resource_t, u64)] =
+            if matches!(shared.isolation, Isolation::None) { &[] } else { &rlimits };
         let (env, cwd) = (&env[..], &cwd);
         let stacks = &mut self.stacks;
         let mut spawn_one = |stdio: &[RawFd]| -> Result<Proc, String> {
@@ -266,7 +296,15 @@ impl Worker<'_> {
         let mut forked = match (zygote, &call) {
             (Some(z), Some(((req_r, req_w), (rep_r, rep_w)))) => {
                 let program = [std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()];
-                let checker = [std3[0], std3[1], std3[2], ctl_r.as_raw_fd(), res_w.as_raw_fd(), req_w.as_raw_fd(), rep_r.as_raw_fd()];
+                let checker = [
+                    std3[0],
+                    std3[1],
+                    std3[2],
+                    ctl_r.as_raw_fd(),
+                    res_w.as_raw_fd(),
+                    req_w.as_raw_fd(),
+                    rep_r.as_raw_fd(),
+                ];
                 match z.fork_pair(&program, &checker, limits) {
                     Ok(pair) => pair.map(|(pidfd, pid)| Some(Proc::Forked { pidfd, pid, info: Cell::new(None) })),
                     Err(e) => return fail_all(results, format!("zygote: {e}")),
@@ -277,18 +315,24 @@ impl Worker<'_> {
         // The program's process first: its start and load are the longer path.
         let program_child = match &call {
             _ if forked[0].is_some() => forked[0].take(),
-            Some(((req_r, req_w), (_, rep_w))) => match spawn_one(&[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
-                // Its code goes first into its request pipe (blocking: it is reading), before the
-                // checker exists to write there (a forked one has it already).
-                Ok(child) => match if zygote.is_some() { Ok(()) } else { sys::write_all(req_w.as_raw_fd(), &shared.candidate_code) } {
-                    Ok(()) => Some(child),
-                    Err(e) => {
-                        reap(&child, &shared.isolation, zygote);
-                        return fail_all(results, format!("writing the program process's code: {e}"));
-                    }
-                },
-                Err(e) => return fail_all(results, format!("spawn: {e}")),
-            },
+            Some(((req_r, req_w), (_, rep_w))) => {
+                match spawn_one(&[std3[0], std3[1], std3[2], req_r.as_raw_fd(), rep_w.as_raw_fd()][..]) {
+                    // Its code goes first into its request pipe (blocking: it is reading), before the
+                    // checker exists to write there (a forked one has it already).
+                    Ok(child) => match if zygote.is_some() {
+                        Ok(())
+                    } else {
+                        sys::write_all(req_w.as_raw_fd(), &shared.candidate_code)
+                    } {
+                        Ok(()) => Some(child),
+                        Err(e) => {
+                            reap(&child, &shared.isolation, zygote);
+                            return fail_all(results, format!("writing the program process's code: {e}"));
+                        }
+                    },
+                    Err(e) => return fail_all(results, format!("spawn: {e}")),
+                }
+            }
             None => None,
         };
         let mut stdio = vec![std3[0], std3[1], std3[2], ctl_r.as_raw_fd(), res_w.as_raw_fd()];

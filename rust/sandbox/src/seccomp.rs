@@ -37,7 +37,9 @@
 use std::collections::BTreeMap;
 
 pub use seccompiler::sock_filter;
-use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
+};
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -183,7 +185,10 @@ pub fn build(no_children: bool) -> Result<Filter, String> {
         }
     }
     if slots.len() != expected_slots || slots.iter().any(|&(p, i, _)| programs[p][i].code != JEQ_K) {
-        return Err(format!("seccomp: {} pid comparisons in the compiled filter, expected {expected_slots}", slots.len()));
+        return Err(format!(
+            "seccomp: {} pid comparisons in the compiled filter, expected {expected_slots}",
+            slots.len()
+        ));
     }
     Ok(Filter { programs, slots })
 }
@@ -239,7 +244,10 @@ mod tests {
         assert_eq!(run(&f, libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64), EPERM);
         assert_eq!(run(&f, libc::SYS_clone3, 0), libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
         assert_eq!(run(&f, libc::SYS_kill, 1), ALLOW);
-        assert_eq!(bpf::verdict(&f.programs, 0x4000_0003, libc::SYS_read as u32, [0; 6]), libc::SECCOMP_RET_KILL_PROCESS);
+        assert_eq!(
+            bpf::verdict(&f.programs, 0x4000_0003, libc::SYS_read as u32, [0; 6]),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
         #[cfg(target_arch = "x86_64")]
         assert_eq!(run(&f, 0x4000_0000 | libc::SYS_socket, 2), libc::SECCOMP_RET_KILL_PROCESS);
     }

@@ -76,13 +76,16 @@ fn harness_verdict(mode: Mode, status: u8, stdout: &[u8], expected: Option<&[u8]
         (Mode::Function, protocol::ST_ASSERTION) => (Verdict::WrongAnswer, None),
         (Mode::Function, protocol::ST_UNSUPPORTED) => (Verdict::UnsupportedValue, None),
         (Mode::Stdio, protocol::ST_OK) => match expected {
-            Some(want) if !outputs_match(stdout, want) => (Verdict::WrongAnswer, Some("output differs from the expected output")),
+            Some(want) if !outputs_match(stdout, want) => {
+                (Verdict::WrongAnswer, Some("output differs from the expected output"))
+            }
             _ => (Verdict::Passed, None),
         },
-        (_, protocol::ST_ASSERTION | protocol::ST_ERROR) | _ => (Verdict::RuntimeError, None),
+        (_, protocol::ST_ERROR) => (Verdict::RuntimeError, None),
+        // A stdio program's ST_ASSERTION, and any status the harness does not send.
+        _ => (Verdict::RuntimeError, None),
     }
 }
-
 
 pub struct Io {
     pub ctl: OwnedFd,
@@ -130,7 +133,11 @@ impl Session<'_> {
                 libc::pollfd { fd: io.res.as_raw_fd(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: if out_open { io.out.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: if err_open { io.err.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: if want_write { io.ctl.as_raw_fd() } else { -1 }, events: libc::POLLOUT, revents: 0 },
+                libc::pollfd {
+                    fd: if want_write { io.ctl.as_raw_fd() } else { -1 },
+                    events: libc::POLLOUT,
+                    revents: 0,
+                },
             ];
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             if r < 0 {
@@ -232,7 +239,9 @@ impl Session<'_> {
                 // The harness flushed before reporting and now waits for the ack: all of this
                 // test's output is already in the pipes.
                 let (mut o, mut e) = (true, true);
-                if !self.read_output(io.out.as_raw_fd(), false, &mut o) || !self.read_output(io.err.as_raw_fd(), true, &mut e) {
+                if !self.read_output(io.out.as_raw_fd(), false, &mut o)
+                    || !self.read_output(io.err.as_raw_fd(), true, &mut e)
+                {
                     return Some(Stop::OutputLimit);
                 }
                 let (verdict, why) = harness_verdict(self.mode, status, &self.capture.stdout, self.expected[index]);
@@ -280,7 +289,14 @@ impl Session<'_> {
     /// Gives the interrupted test (if any) its verdict; returns where the next start begins.
     /// `info`: how the blamed process ended; `harness`: whether that is the harness (only it can
     /// fail to read its input).
-    pub fn finish(mut self, stop: Stop, info: Option<ExitInfo>, harness: bool, cpu_limit: u64, results: &mut [Option<TestResult>]) -> usize {
+    pub fn finish(
+        mut self,
+        stop: Stop,
+        info: Option<ExitInfo>,
+        harness: bool,
+        cpu_limit: u64,
+        results: &mut [Option<TestResult>],
+    ) -> usize {
         let n = results.len();
         if matches!(stop, Stop::Done | Stop::Final) || self.cur >= n {
             return n;
@@ -288,18 +304,32 @@ impl Session<'_> {
         let stderr_says_memory = String::from_utf8_lossy(&self.capture.stderr).contains("MemoryError");
         let (verdict, detail) = match (&stop, info) {
             (Stop::Timeout, _) => (Verdict::Timeout, format!("wall-clock limit ({} s) exceeded", self.cfg.timeout_s)),
-            (Stop::OutputLimit, _) => (Verdict::OutputLimit, format!("more than {} bytes of output", self.cfg.max_output_bytes)),
+            (Stop::OutputLimit, _) => {
+                (Verdict::OutputLimit, format!("more than {} bytes of output", self.cfg.max_output_bytes))
+            }
             (Stop::Protocol(e), _) => (Verdict::SandboxError, e.clone()),
-            (Stop::Channel, _) => (Verdict::RuntimeError, "the program closed or wrote into the channel its tests call it through".to_string()),
-            (_, Some(i)) if i.signal == Some(libc::SIGXCPU) || (i.signal == Some(libc::SIGKILL) && i.cpu_s >= cpu_limit as f64 - 0.05) => {
+            (Stop::Channel, _) => (
+                Verdict::RuntimeError,
+                "the program closed or wrote into the channel its tests call it through".to_string(),
+            ),
+            (_, Some(i))
+                if i.signal == Some(libc::SIGXCPU)
+                    || (i.signal == Some(libc::SIGKILL) && i.cpu_s >= cpu_limit as f64 - 0.05) =>
+            {
                 (Verdict::Timeout, format!("CPU time limit ({cpu_limit} s) exceeded"))
             }
-            (_, _) if stderr_says_memory => (Verdict::MemoryLimit, format!("out of memory (limit {} MiB)", self.cfg.memory_mb)),
-            (_, Some(ExitInfo { signal: Some(s), .. })) => (Verdict::RuntimeError, format!("killed by {} ({s})", sys::signal_name(s))),
+            (_, _) if stderr_says_memory => {
+                (Verdict::MemoryLimit, format!("out of memory (limit {} MiB)", self.cfg.memory_mb))
+            }
+            (_, Some(ExitInfo { signal: Some(s), .. })) => {
+                (Verdict::RuntimeError, format!("killed by {} ({s})", sys::signal_name(s)))
+            }
             (_, Some(ExitInfo { code: Some(c @ (70 | 72)), .. })) if !self.loaded && harness => {
                 (Verdict::SandboxError, format!("the harness could not read its input (status {c})"))
             }
-            (_, Some(ExitInfo { code: Some(c), .. })) => (Verdict::RuntimeError, format!("the interpreter exited with status {c} before the test finished")),
+            (_, Some(ExitInfo { code: Some(c), .. })) => {
+                (Verdict::RuntimeError, format!("the interpreter exited with status {c} before the test finished"))
+            }
             _ => (Verdict::SandboxError, "the interpreter vanished".to_string()),
         };
         if !self.loaded {

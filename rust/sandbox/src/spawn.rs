@@ -58,11 +58,14 @@ pub struct Request<'a> {
     pub isolation: Option<Isolation<'a>>,
 }
 
+/// The seccomp programs of one execution and their pid slots `(program, instruction, slot)`.
+pub type SeccompPlan<'a> = (&'a mut [Vec<crate::seccomp::sock_filter>], &'a [(usize, usize, crate::seccomp::Slot)]);
+
 pub struct Isolation<'a> {
     pub namespaces: Option<&'a SharedNamespaces>,
     pub landlock: Option<RawFd>,
     /// The seccomp programs (this execution's own copy: the child patches its pid slots).
-    pub seccomp: Option<(&'a mut [Vec<crate::seccomp::sock_filter>], &'a [(usize, usize, crate::seccomp::Slot)])>,
+    pub seccomp: Option<SeccompPlan<'a>>,
     pub drop_capabilities: bool,
 }
 

@@ -118,7 +118,9 @@ pub fn wait_pidfd(pidfd: RawFd, reap: bool) -> io::Result<ExitInfo> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let flags = libc::WEXITED | if reap { 0 } else { libc::WNOWAIT };
     loop {
-        let r = unsafe { libc::syscall(libc::SYS_waitid, P_PIDFD, pidfd, &mut info as *mut _, flags, &mut usage as *mut _) };
+        let r = unsafe {
+            libc::syscall(libc::SYS_waitid, P_PIDFD, pidfd, &mut info as *mut _, flags, &mut usage as *mut _)
+        };
         if r == 0 {
             break;
         }

@@ -48,7 +48,9 @@ pub struct Zygote {
 
 fn socketpair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
-    sys::cvt(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    sys::cvt(unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    })?;
     let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     Ok((sys::high(a)?, sys::high(b)?))
 }
@@ -66,7 +68,8 @@ impl Zygote {
         make_dir(&dir).and_then(|_| make_dir(&run_dir)).map_err(|e| format!("zygote directory: {e}"))?;
         let (boot_r, boot_w) = sys::pipe().map_err(|e| e.to_string())?;
         let (host, theirs) = socketpair().map_err(|e| format!("socketpair: {e}"))?;
-        let devnull = sys::open_path(Path::new("/dev/null"), libc::O_RDWR).and_then(sys::high).map_err(|e| e.to_string())?;
+        let devnull =
+            sys::open_path(Path::new("/dev/null"), libc::O_RDWR).and_then(sys::high).map_err(|e| e.to_string())?;
         let namespaced = matches!(shared.isolation, Isolation::Namespaces(_));
         let mut rlimits = vec![(libc::RLIMIT_CORE, 0), (libc::RLIMIT_NOFILE, cfg.max_open_files)];
         if namespaced {
@@ -95,7 +98,15 @@ impl Zygote {
         };
         let d = devnull.as_raw_fd();
         let stdio = [d, d, d, boot_r.as_raw_fd(), theirs.as_raw_fd()];
-        let request = spawn::Request { exe: &shared.python, argv: &shared.argv, env: &env, cwd: &cwd, stdio: &stdio, rlimits: &rlimits, isolation: Some(isolation) };
+        let request = spawn::Request {
+            exe: &shared.python,
+            argv: &shared.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio: &stdio,
+            rlimits: &rlimits,
+            isolation: Some(isolation),
+        };
         let proc = spawn::spawn(request, stacks).map_err(|e| format!("zygote spawn: {e}"))?;
         drop((boot_r, theirs, devnull, ruleset));
         let config = serde_json::json!({
@@ -197,10 +208,16 @@ impl Zygote {
 
     /// Forks the program's process (`program` on its fds 0..) and the checker (`checker`) in one
     /// round trip; their pidfds and pids, in that order.
-    pub fn fork_pair(&self, program: &[RawFd], checker: &[RawFd], rlimits: &[(libc::__rlimit_resource_t, u64)]) -> Result<[(OwnedFd, i32); 2], String> {
+    pub fn fork_pair(
+        &self,
+        program: &[RawFd],
+        checker: &[RawFd],
+        rlimits: &[(libc::__rlimit_resource_t, u64)],
+    ) -> Result<[(OwnedFd, i32); 2], String> {
         let mut msg = vec![b'B', program.len() as u8, rlimits.len() as u8];
         for &(res, value) in rlimits {
-            msg.extend_from_slice(&(res as u32).to_le_bytes());
+            let res: u32 = res; // the wire field is a u32: fail to compile where the libc type differs
+            msg.extend_from_slice(&res.to_le_bytes());
             msg.extend_from_slice(&value.to_le_bytes());
         }
         self.send(&msg, &[program, checker].concat())?;

@@ -19,10 +19,18 @@ fn verdicts(s: &Sandbox, p: Program) -> Vec<Verdict> {
 fn asserts_run_in_one_interpreter_with_a_verdict_each() {
     for ns in [true, false] {
         let s = sandbox(ns);
-        let p = function("def f(x):\n    return x * 2\n", &["assert f(2) == 4", "assert f(2) == 5", "f(None) + 1", "assert f(0) == 0"]);
+        let p = function(
+            "def f(x):\n    return x * 2\n",
+            &["assert f(2) == 4", "assert f(2) == 5", "f(None) + 1", "assert f(0) == 0"],
+        );
         let r = s.run_batch(vec![p]).unwrap().remove(0);
         let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
-        assert_eq!(v, [Verdict::Passed, Verdict::WrongAnswer, Verdict::RuntimeError, Verdict::Passed], "{:?}", s.isolation());
+        assert_eq!(
+            v,
+            [Verdict::Passed, Verdict::WrongAnswer, Verdict::RuntimeError, Verdict::Passed],
+            "{:?}",
+            s.isolation()
+        );
         assert_eq!(r.starts, 1);
         assert!(r.tests[2].stderr_tail.contains("TypeError"), "{:?}", r.tests[2]);
     }
@@ -31,7 +39,10 @@ fn asserts_run_in_one_interpreter_with_a_verdict_each() {
 #[test]
 fn stdio_cases_are_compared_in_the_host() {
     let s = sandbox(true);
-    let case = |i: &str, o: Option<&str>| StdioCase { stdin: i.as_bytes().to_vec(), expected: o.map(|o| o.as_bytes().to_vec()) };
+    let case = |i: &str, o: Option<&str>| StdioCase {
+        stdin: i.as_bytes().to_vec(),
+        expected: o.map(|o| o.as_bytes().to_vec()),
+    };
     let p = Program::Stdio {
         code: "a, b = map(int, input().split())\nprint(a + b)\n".into(),
         cases: vec![case("1 2\n", Some("3\n")), case("2 2", Some("5")), case("x", Some("1")), case("5 5", None)],
@@ -55,7 +66,10 @@ fn a_timeout_restarts_the_interpreter_for_the_remaining_tests() {
 #[test]
 fn a_program_that_fails_to_load_fails_every_test_once() {
     let s = sandbox(true);
-    assert_eq!(verdicts(&s, function("def f(:\n", &["assert 1", "assert 2"])), [Verdict::RuntimeError, Verdict::RuntimeError]);
+    assert_eq!(
+        verdicts(&s, function("def f(:\n", &["assert 1", "assert 2"])),
+        [Verdict::RuntimeError, Verdict::RuntimeError]
+    );
     let r = s.run_batch(vec![function("while True: pass\n", &["assert 1", "assert 2"])]).unwrap().remove(0);
     assert_eq!(r.tests.iter().map(|t| t.verdict).collect::<Vec<_>>(), [Verdict::Timeout, Verdict::Timeout]);
     assert_eq!(r.starts, 1);
@@ -129,7 +143,8 @@ fn a_detached_grandchild_is_dead_after_the_verdict() {
             let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             let zombie = stat.rsplit(')').next()?.split_whitespace().next()? == "Z";
-            (!zombie && String::from_utf8_lossy(&cmd).contains(&marker)).then(|| e.file_name().to_string_lossy().into_owned())
+            (!zombie && String::from_utf8_lossy(&cmd).contains(&marker))
+                .then(|| e.file_name().to_string_lossy().into_owned())
         })
         .collect();
     assert!(alive.is_empty(), "grandchildren still alive: {alive:?}");
@@ -154,7 +169,10 @@ fn a_forged_record_past_the_last_test_is_a_protocol_error_not_a_panic() {
     for ns in [true, false] {
         let s = sandbox(ns);
         for n in [1, 2] {
-            let r = s.run_batch(vec![Program::Stdio { code: code.into(), cases: (0..n).map(|_| case()).collect() }]).unwrap().remove(0);
+            let r = s
+                .run_batch(vec![Program::Stdio { code: code.into(), cases: (0..n).map(|_| case()).collect() }])
+                .unwrap()
+                .remove(0);
             let v: Vec<Verdict> = r.tests.iter().map(|t| t.verdict).collect();
             assert_eq!(v, vec![Verdict::WrongAnswer; n], "{:?}", r.tests);
         }

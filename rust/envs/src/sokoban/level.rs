@@ -101,9 +101,17 @@ impl Level {
                 out.push(if self.walls.has(cell) {
                     '#'
                 } else if cell == player {
-                    if target { '+' } else { '@' }
+                    if target {
+                        '+'
+                    } else {
+                        '@'
+                    }
                 } else if boxes.has(cell) {
-                    if target { '*' } else { '$' }
+                    if target {
+                        '*'
+                    } else {
+                        '$'
+                    }
                 } else if target {
                     '.'
                 } else {

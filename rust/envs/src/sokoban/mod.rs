@@ -122,7 +122,10 @@ impl Task for Sokoban {
         }
         let interior = ((cfg.width - 2) * (cfg.height - 2)) as usize;
         if interior < wall_count(cfg) + cfg.boxes as usize + 2 {
-            return invalid(format!("a {}x{} room with these walls has no space for {} boxes", cfg.width, cfg.height, cfg.boxes));
+            return invalid(format!(
+                "a {}x{} room with these walls has no space for {} boxes",
+                cfg.width, cfg.height, cfg.boxes
+            ));
         }
         if cfg.min_pushes < 1 || cfg.min_pushes > cfg.max_pushes {
             return invalid(format!("need 1 <= min_pushes <= max_pushes, got {}..={}", cfg.min_pushes, cfg.max_pushes));
@@ -204,7 +207,12 @@ impl Task for Sokoban {
             level.start_player = player;
             level.start_boxes = boxes;
             level.optimal_pushes = optimal;
-            return Ok(Self { level: Arc::new(level), boxes, player, max_solver_states: cfg.max_solver_states as usize });
+            return Ok(Self {
+                level: Arc::new(level),
+                boxes,
+                player,
+                max_solver_states: cfg.max_solver_states as usize,
+            });
         }
         Err(EnvError::Generation(format!(
             "no {w}x{h} sokoban level with {n_boxes} boxes and {}..={} pushes after {MAX_ATTEMPTS} attempts",
@@ -280,8 +288,12 @@ impl Task for Sokoban {
         let optimal_pushes = input.u32()?;
         let box_bytes = input.bytes()?;
         let player = usize::from(input.u8()?);
-        ensure(body.len() == 2 + n + nb + 1, || format!("level body of {} bytes, expected {}", body.len(), 2 + n + nb + 1))?;
-        ensure(body[0] as usize == w && body[1] as usize == h, || format!("level is {}x{}, this pool is {w}x{h}", body[0], body[1]))?;
+        ensure(body.len() == 2 + n + nb + 1, || {
+            format!("level body of {} bytes, expected {}", body.len(), 2 + n + nb + 1)
+        })?;
+        ensure(body[0] as usize == w && body[1] as usize == h, || {
+            format!("level is {}x{}, this pool is {w}x{h}", body[0], body[1])
+        })?;
         let (mut walls, mut targets) = (Cells::default(), Cells::default());
         for (cell, &code) in body[2..2 + n].iter().enumerate() {
             match code {
@@ -296,7 +308,9 @@ impl Task for Sokoban {
             let mut set = Cells::default();
             for &b in bytes {
                 let c = usize::from(b);
-                ensure(c < n && !walls.has(c) && !set.has(c), || format!("{what} cell {c} is outside, on a wall or repeated"))?;
+                ensure(c < n && !walls.has(c) && !set.has(c), || {
+                    format!("{what} cell {c} is outside, on a wall or repeated")
+                })?;
                 set.set(c);
             }
             ensure(set.count() as usize == nb, || format!("{} {what} cells, expected {nb}", set.count()))?;
@@ -318,7 +332,9 @@ impl Task for Sokoban {
         };
         ensure((0..n).filter(|&c| level.is_border(c)).all(|c| walls.has(c)), || "the border must be walls".into())?;
         for (what, p, b) in [("start player", start_player, &start_boxes), ("player", player, &boxes)] {
-            ensure(p < n && !walls.has(p) && !b.has(p), || format!("{what} cell {p} is outside, on a wall or on a box"))?;
+            ensure(p < n && !walls.has(p) && !b.has(p), || {
+                format!("{what} cell {p} is outside, on a wall or on a box")
+            })?;
         }
         level.dead = level.dead_squares();
         Ok(Self { level: Arc::new(level), boxes, player, max_solver_states: cfg.max_solver_states as usize })
