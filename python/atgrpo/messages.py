@@ -169,6 +169,9 @@ class WeightsRequest(msgspec.Struct, tag="weights_request"):
     actor_id: str
     policy: str
     version: int
+    chunk: int = -1
+    """-1: the whole reply. Otherwise only that chunk message of it (an actor reading the weights from
+    a shared store, `transport.weight_store`, fetches from the hub the chunks the store failed)."""
 
 
 class TensorMeta(msgspec.Struct, array_like=True):

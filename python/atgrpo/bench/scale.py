@@ -1,0 +1,352 @@
+"""`atgrpo-bench scale`: the learner's real hub against N simulated actors (`scale_sim.py`).
+
+The hub is `learner.hub.Hub` with its intake limits, on a CURVE-secured tcp endpoint, in this
+process; the actors are threads in a few worker processes, speaking the real protocol through the
+real client. This process plays the learner: per step it publishes a version, opens a round of
+`UNITS_PER_ACTOR * N` one-env units and waits for them. Three phases per N:
+
+1. steps: `steps` training steps with small weights (`step_mb`), so leases and sample intake are
+   what is measured: lease latency as the actors see it, samples taken in per second, the hub's
+   time per message by kind, units reissued, samples refused, hub CPU and resident memory;
+2. weights from the hub: one version of `weights_mb`, every actor fetching it from the hub (today's
+   path): time until all N hold it, bytes that left the hub;
+3. weights from the store: one version of `weights_mb` written once to a `WeightStore`
+   (`transport.weights_store`), the actors reading it there.
+
+At the largest N the hub thread is sampled every `SAMPLE_S` (its Python stack) to say where its time
+goes. The machine is shared and small: every figure is read beside the N = smallest one of the same
+run (the ratio), and the simulated actors share the hub's cores, so the hub's figures at large N
+include their cost too (said in the report). The cluster model (`scale_model.py`) turns the
+per-N figures into predicted weight-sync times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from atgrpo.bench import scale_model
+from atgrpo.bench.report import BenchRow
+from atgrpo.bench.scale_sim import K, POLICY, PROMPT_TOKENS, RESPONSE_TOKENS, ROLES, TURNS, VOCAB, SimSpec
+from atgrpo.learner.hub import Hub
+from atgrpo.learner.intake import IntakeLimits, PolicyLimits
+from atgrpo.learner.ledger import VersionLedger
+from atgrpo.transport.endpoints import HubEndpoint
+from atgrpo.transport.keys import generate_keys
+from atgrpo.transport.weight_store import WeightStore
+
+SUITE = "scale"
+UNITS_PER_ACTOR = 2
+"""Units per actor per step: every actor is all but sure to lease one naming the new version."""
+SAMPLE_S = 0.005
+ACTORS_PER_WORKER = 128
+DETAIL_JSON = Path("bench-results") / "scale-detail.json"
+
+
+@dataclass
+class Settings:
+    sizes: tuple[int, ...]
+    steps: int
+    steps_at_largest: int
+    step_mb: float
+    weights_mb: float
+    delay_s: float
+    unit_timeout_s: float = 20.0
+    """Short enough that a hub too busy to answer would cost leases within the run."""
+
+
+FULL = Settings((8, 32, 128, 512), steps=4, steps_at_largest=20, step_mb=1.0, weights_mb=16.0, delay_s=0.2)
+QUICK = Settings((2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.02)
+
+
+class _TimedHub(Hub):
+    """The learner's hub, with the seconds it spends per message kind and per loop turn counted."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.handle_s: dict[str, list[float]] = defaultdict(list)
+        self.upkeep_s = 0.0
+
+    def _handle_safely(self, peer, msg):
+        t0 = time.perf_counter()
+        try:
+            return super()._handle_safely(peer, msg)
+        finally:
+            self.handle_s[type(msg).__name__].append(time.perf_counter() - t0)
+
+    def _expire_leases(self) -> None:
+        t0 = time.perf_counter()
+        super()._expire_leases()
+        self.upkeep_s += time.perf_counter() - t0
+
+
+class _Sampler(threading.Thread):
+    """Resident memory of this process, and (when `profile`) the hub thread's stack, every `SAMPLE_S`."""
+
+    def __init__(self, hub_thread: threading.Thread, profile: bool) -> None:
+        super().__init__(daemon=True)
+        self.hub_thread = hub_thread
+        self.profile = profile
+        self.peak_rss = 0
+        self.leaf: Counter[str] = Counter()
+        self.own: Counter[str] = Counter()
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(SAMPLE_S):
+            self.peak_rss = max(self.peak_rss, _rss())
+            frame = sys._current_frames().get(self.hub_thread.ident or -1) if self.profile else None
+            if frame is None:
+                continue
+            self.samples += 1
+            self.leaf[_where(frame)] += 1
+            while frame is not None and "atgrpo" not in frame.f_code.co_filename:
+                frame = frame.f_back
+            if frame is not None:
+                self.own[_where(frame)] += 1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def _rss() -> int:
+    """Resident bytes of this process."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _where(frame) -> str:
+    return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}"
+
+
+def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
+    """bf16 tensors of `mb` MiB in all (4 MiB each at most), a different value per version."""
+    total = max(1, int(mb * 2**20) // 2)
+    out, left, i = {}, total, 0
+    while left:
+        n = min(left, 2 * 2**20)
+        out[f"layer{i}.weight"] = torch.full((n,), float(version % 100), dtype=torch.bfloat16)
+        left -= n
+        i += 1
+    return out
+
+
+def _limits() -> IntakeLimits:
+    return IntakeLimits(
+        roles=ROLES, role_policy={r: POLICY for r in ROLES}, policies={POLICY: PolicyLimits(VOCAB, 4096)}, turns=TURNS,
+        k=K, tree=True, trajectory=False, max_new_tokens=RESPONSE_TOKENS, micro_batch_tokens=4096,
+    )
+
+
+def _start_workers(n: int, address: str, keys: Path, run_id: str, delay_s: float, store: Path) -> list[subprocess.Popen]:
+    workers = max(1, math.ceil(n / ACTORS_PER_WORKER))
+    ids = [f"sim-{i}" for i in range(n)]
+    procs = []
+    for w in range(workers):
+        spec = SimSpec(address, str(keys), ids[w::workers], run_id, delay_s, str(store))
+        procs.append(subprocess.Popen([sys.executable, "-m", "atgrpo.bench.scale_sim", json.dumps(asdict(spec))],
+                                      stdout=subprocess.PIPE, text=True))
+    return procs
+
+
+@dataclass
+class _Sync:
+    seconds: float
+    holders: int
+    bytes_out: float
+
+
+def _sync_times(records: list[dict], published: dict[int, float]) -> dict[int, tuple[float, int]]:
+    """version -> (seconds from its publish until the last actor that fetched it held it, how many did)."""
+    out = {}
+    for v, t_pub in published.items():
+        times = [r["holds"][str(v)] for r in records if str(v) in r["holds"]]
+        out[v] = (max(times) - t_pub if times else float("nan"), len(times))
+    return out
+
+
+def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
+    """Every phase at N = `n` actors; returns the figures (module docstring)."""
+    run_id = f"scale-{n}"
+    keys = generate_keys(root / "keys")
+    store_dir = root / "store"
+    endpoint = HubEndpoint("tcp://127.0.0.1:*", curve_keys=keys)
+    hub = _TimedHub(endpoint, VersionLedger(run_id, {POLICY: 0}), limits=_limits(), unit_timeout_s=s.unit_timeout_s)
+    hub.publish(POLICY, 0, _weights(s.step_mb, 0))
+    hub.start()
+    base_rss = _rss()
+    sampler = _Sampler(hub._thread, profile)
+    sampler.start()
+    cpu0, wall0 = os.times(), time.monotonic()
+    procs = _start_workers(n, endpoint.address, keys, run_id, s.delay_s, store_dir)
+    published: dict[int, float] = {}
+    version, samples_in, step_walls = 0, 0, []
+    out: dict = {"n": n, "steps": steps}
+    try:
+        t_steps = time.monotonic()
+        for step in range(steps):
+            version += 1
+            published[version] = time.monotonic()
+            hub.publish(POLICY, version, _weights(s.step_mb, version))
+            t0 = time.monotonic()
+            rid = hub.open_round(step, list(range(UNITS_PER_ACTOR * n)), 1, split="train", greedy=False)
+            data = hub.wait_round(rid, stall_timeout_s=120.0)
+            samples_in += len(data.samples)
+            step_walls.append(time.monotonic() - t0)
+        steps_s = time.monotonic() - t_steps
+        step_versions = dict(published)
+        phases = {}
+        for path in ("hub", "store"):
+            if path == "store":
+                hub.store = WeightStore(store_dir, run_id, keep_versions=2)
+            version += 1
+            before = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
+            published[version] = time.monotonic()
+            hub.publish(POLICY, version, _weights(s.weights_mb, version))
+            rid = hub.open_round(steps + len(phases), list(range(UNITS_PER_ACTOR * n)), 1, split="train", greedy=False)
+            hub.wait_round(rid, stall_timeout_s=300.0)
+            after = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
+            phases[path] = (version, after - before)
+        cpu1, wall1 = os.times(), time.monotonic()
+    finally:
+        hub.stop("bench over", drain_s=60.0)
+        sampler.stop()
+        records = []
+        for p in procs:
+            stdout, _ = p.communicate(timeout=120)
+            records += json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else []
+    syncs = _sync_times(records, published)
+    one_copy = sum(t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values())
+    leases = sorted(x for r in records for x in r["lease_s"])
+    metrics = hub.metrics()
+    step_syncs = [syncs[v][0] for v in list(step_versions)[1:]] or [syncs[1][0]]  # step 0: every actor's first fetch
+    out.update(
+        lease_p50_ms=1e3 * _pct(leases, 50), lease_p99_ms=1e3 * _pct(leases, 99),
+        samples_per_s=samples_in / steps_s, step_s=statistics.median(step_walls),
+        step_sync_s=statistics.median(step_syncs),
+        hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0),
+        hub_rss_mb=(sampler.peak_rss - base_rss) / 2**20, hub_peak_rss_mb=sampler.peak_rss / 2**20,
+        units_reissued=metrics.get("hub/units_reassigned", 0.0), units_refused=metrics["hub/units_refused"],
+        samples_refused=metrics["hub/rejected_total"] + sum(r["samples_rejected"] for r in records),
+        actor_errors=[r["error"] for r in records if r["error"]][:5],
+        one_copy_bytes=one_copy,
+        handle_ms={k: {"count": len(v), "p50": 1e3 * _pct(sorted(v), 50), "p99": 1e3 * _pct(sorted(v), 99),
+                       "total_s": sum(v)} for k, v in hub.handle_s.items()},
+        lease_upkeep_s=hub.upkeep_s,
+        store_reads={k: sum(r["store"].get(k, 0) for r in records) for k in ("store/chunks_read", "store/chunks_from_hub")},
+    )
+    for path, (v, sent) in phases.items():
+        out[f"sync_{path}"] = asdict(_Sync(syncs[v][0], syncs[v][1], sent))
+    if profile and sampler.samples:
+        out["profile"] = {
+            "samples": sampler.samples,
+            "leaf": {k: c / sampler.samples for k, c in sampler.leaf.most_common(8)},
+            "atgrpo": {k: c / sampler.samples for k, c in sampler.own.most_common(8)},
+        }
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def measure(s: Settings) -> list[dict]:
+    results = []
+    for n in s.sizes:
+        largest = n == s.sizes[-1]
+        with tempfile.TemporaryDirectory(prefix="atgrpo-scale-") as tmp:
+            results.append(run_n(n, s, s.steps_at_largest if largest else s.steps, largest, Path(tmp)))
+        r = results[-1]
+        print(f"scale: N={n}: lease p50 {r['lease_p50_ms']:.1f} ms, {r['samples_per_s']:.0f} samples/s, "
+              f"all hold (hub) {r['sync_hub']['seconds']:.2f} s, (store) {r['sync_store']['seconds']:.2f} s", flush=True)
+    return results
+
+
+def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
+    ref = results[0]
+    n0 = ref["n"]
+    rows: list[BenchRow] = []
+    at = {r["n"]: r for r in results}
+    mid = at.get(128) or results[min(len(results) - 1, 2)]
+    big = results[-1]
+    for r in results:
+        n = r["n"]
+        tag = f"N={n}"
+        rows += [
+            BenchRow(SUITE, f"lease latency p50, {tag}", r["lease_p50_ms"], "ms", f"N={n0}", ref["lease_p50_ms"], False),
+            BenchRow(SUITE, f"lease latency p99, {tag}", r["lease_p99_ms"], "ms", f"N={n0}", ref["lease_p99_ms"], False),
+            BenchRow(SUITE, f"samples taken in, {tag}", r["samples_per_s"], "samples/s", f"N={n0}", ref["samples_per_s"], True),
+            BenchRow(SUITE, f"hub CPU, {tag}", r["hub_cpu_cores"], "cores", f"N={n0}", ref["hub_cpu_cores"], False),
+            BenchRow(SUITE, f"hub memory growth, {tag}", r["hub_rss_mb"], "MB", f"N={n0}", ref["hub_rss_mb"], False),
+        ]
+        for path in ("hub", "store"):
+            sync, sync0 = r[f"sync_{path}"], ref[f"sync_{path}"]
+            target, met = "", None
+            if r is mid and path == "store":
+                target, met = f"<= 3x N={n0}", sync["seconds"] <= 3 * sync0["seconds"]
+            rows.append(BenchRow(SUITE, f"all {n} hold a new version ({path}), {sync['holders']} fetched", sync["seconds"],
+                                 "s", f"N={n0}", sync0["seconds"], False, target, met))
+            target, met = "", None
+            if r is mid and path == "store":
+                target, met = "<= 4 copies", sync["bytes_out"] <= 4 * r["one_copy_bytes"]
+            rows.append(BenchRow(SUITE, f"bytes leaving rank 0 per version ({path}), {tag}", sync["bytes_out"] / r["one_copy_bytes"],
+                                 "copies", "one copy", 1.0, False, target, met))
+    bad = big["units_reissued"] + big["units_refused"] + big["samples_refused"]
+    rows.append(BenchRow(SUITE, f"units reissued + refused, samples refused, N={big['n']} x {big['steps']} steps", bad,
+                         "count", "none", 0.0, False, "0", bad == 0))
+    return rows
+
+
+def run(quick: bool) -> list[BenchRow]:
+    s = QUICK if quick else FULL
+    print(f"scale: N = {', '.join(map(str, s.sizes))}; weights {s.weights_mb} MiB (steps: {s.step_mb} MiB); "
+          f"rollout delay {s.delay_s} s; a busy shared machine: read the ratios", flush=True)
+    results = measure(s)
+    rows = rows_of(results, s)
+    model = scale_model.predict(results)
+    print(scale_model.format_table(model))
+    _print_profile(results[-1])
+    DETAIL_JSON.parent.mkdir(parents=True, exist_ok=True)
+    DETAIL_JSON.write_text(json.dumps({"settings": asdict(s), "per_n": results, "model": model}, indent=2, default=str))
+    print(f"scale: details in {DETAIL_JSON}")
+    rows += [
+        BenchRow(SUITE, f"predicted sync through the store, {m['model']} N={m['actors']} ({m['link_gbit']:g} Gb/s)",
+                 m["store_s"], "s", "from the hub", m["hub_s"], False)
+        for m in model["rows"]
+    ]
+    return rows
+
+
+def _print_profile(r: dict) -> None:
+    prof = r.get("profile")
+    if not prof:
+        return
+    print(f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes")
+    for name, share in prof["atgrpo"].items():
+        print(f"  {100 * share:5.1f}%  {name}")
+    handled = sorted(r["handle_ms"].items(), key=lambda kv: -kv[1]["total_s"])
+    print("  per message kind: " + "; ".join(
+        f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms" for k, v in handled))
+    print(f"  lease upkeep (expiry scan every loop turn): {r['lease_upkeep_s']:.2f} s")
+
+
+if __name__ == "__main__":  # `python -m atgrpo.bench.scale [--quick]`
+    from atgrpo.bench.report import print_table
+
+    print_table(run("--quick" in sys.argv))
