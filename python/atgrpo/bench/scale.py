@@ -5,9 +5,12 @@ process; the actors are threads in a few worker processes, speaking the real pro
 real client. This process plays the learner: per step it publishes a version, opens a round of
 `UNITS_PER_ACTOR * N` one-env units and waits for them. Three phases per N:
 
-1. steps: `steps` training steps with small weights (`step_mb`), so leases and sample intake are
-   what is measured: lease latency as the actors see it, samples taken in per second, the hub's
-   time per message by kind, units reissued, samples refused, hub CPU and resident memory;
+1. steps: `steps` training steps, each publishing a version of `step_mb` through the store (the
+   path a cluster of hundreds of actors would use), so the hub's control plane is what is measured:
+   lease latency as the actors see it, samples taken in per second, the hub thread's CPU time per
+   message by kind, units reissued, samples refused, hub CPU and resident memory. One unit per actor
+   per step, rolled out in `delay_s`: at 0.2 s, 512 actors ask as often as ~10,000 actors whose
+   units take 4 s;
 2. weights from the hub: one version of `weights_mb`, every actor fetching it from the hub (today's
    path): time until all N hold it, bytes that left the hub;
 3. weights from the store: one version of `weights_mb` written once to a `WeightStore`
@@ -49,7 +52,8 @@ from atgrpo.transport.weight_store import WeightStore
 
 SUITE = "scale"
 UNITS_PER_ACTOR = 2
-"""Units per actor per step: every actor is all but sure to lease one naming the new version."""
+"""Units per actor in a weight-sync round: every actor is all but sure to lease one naming the new
+version (a connection holds one unit at a time)."""
 SAMPLE_S = 0.005
 ACTORS_PER_WORKER = 128
 DETAIL_JSON = Path("bench-results") / "scale-detail.json"
@@ -67,12 +71,13 @@ class Settings:
     """Short enough that a hub too busy to answer would cost leases within the run."""
 
 
-FULL = Settings((8, 32, 128, 512), steps=4, steps_at_largest=20, step_mb=1.0, weights_mb=16.0, delay_s=0.2)
-QUICK = Settings((2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.02)
+FULL = Settings((8, 32, 128, 512), steps=4, steps_at_largest=20, step_mb=0.0625, weights_mb=8.0, delay_s=0.2)
+QUICK = Settings((2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1)
 
 
 class _TimedHub(Hub):
-    """The learner's hub, with the seconds it spends per message kind and per loop turn counted."""
+    """The learner's hub, with the CPU seconds its thread spends per message kind and on lease upkeep
+    counted (thread CPU time, not wall time: other agents' load on the machine does not inflate it)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -80,16 +85,16 @@ class _TimedHub(Hub):
         self.upkeep_s = 0.0
 
     def _handle_safely(self, peer, msg):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         try:
             return super()._handle_safely(peer, msg)
         finally:
-            self.handle_s[type(msg).__name__].append(time.perf_counter() - t0)
+            self.handle_s[type(msg).__name__].append(time.thread_time() - t0)
 
     def _expire_leases(self) -> None:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         super()._expire_leases()
-        self.upkeep_s += time.perf_counter() - t0
+        self.upkeep_s += time.thread_time() - t0
 
 
 class _Sampler(threading.Thread):
@@ -121,6 +126,19 @@ class _Sampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _hub_thread_cpu(hub: Hub) -> float:
+    """CPU seconds the hub's serve thread has used (Linux: its /proc stat, in clock ticks)."""
+    tid = hub._thread.native_id
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss() -> int:
@@ -168,6 +186,9 @@ class _Sync:
     seconds: float
     holders: int
     bytes_out: float
+    hub_cpu_s: float
+    """CPU seconds of the hub's process (its thread, libzmq's I/O thread with CURVE, the store's
+    writes) from the publish until the round was in: CPU, so other agents' load does not count."""
 
 
 def _sync_times(records: list[dict], published: dict[int, float]) -> dict[int, tuple[float, int]]:
@@ -196,31 +217,36 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     published: dict[int, float] = {}
     version, samples_in, step_walls = 0, 0, []
     out: dict = {"n": n, "steps": steps}
+    reissued: dict[str, float] = {}
+    store = WeightStore(store_dir, run_id, keep_versions=2)
     try:
+        hub.store = store
         t_steps = time.monotonic()
         for step in range(steps):
             version += 1
             published[version] = time.monotonic()
             hub.publish(POLICY, version, _weights(s.step_mb, version))
             t0 = time.monotonic()
-            rid = hub.open_round(step, list(range(UNITS_PER_ACTOR * n)), 1, split="train", greedy=False)
+            rid = hub.open_round(step, list(range(n)), 1, split="train", greedy=False)
             data = hub.wait_round(rid, stall_timeout_s=120.0)
             samples_in += len(data.samples)
             step_walls.append(time.monotonic() - t0)
         steps_s = time.monotonic() - t_steps
-        step_versions = dict(published)
+        reissued["steps"] = hub.counters["units_reassigned"]
+        step_cpu = _hub_thread_cpu(hub)
         phases = {}
         for path in ("hub", "store"):
-            if path == "store":
-                hub.store = WeightStore(store_dir, run_id, keep_versions=2)
+            hub.store = store if path == "store" else None
             version += 1
             before = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
+            cpu_before = _cpu()
             published[version] = time.monotonic()
             hub.publish(POLICY, version, _weights(s.weights_mb, version))
             rid = hub.open_round(steps + len(phases), list(range(UNITS_PER_ACTOR * n)), 1, split="train", greedy=False)
             hub.wait_round(rid, stall_timeout_s=300.0)
             after = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
-            phases[path] = (version, after - before)
+            phases[path] = (version, after - before, _cpu() - cpu_before)
+            reissued[path] = hub.counters["units_reassigned"] - sum(reissued.values())
         cpu1, wall1 = os.times(), time.monotonic()
     finally:
         hub.stop("bench over", drain_s=60.0)
@@ -233,15 +259,17 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     one_copy = sum(t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values())
     leases = sorted(x for r in records for x in r["lease_s"])
     metrics = hub.metrics()
-    step_syncs = [syncs[v][0] for v in list(step_versions)[1:]] or [syncs[1][0]]  # step 0: every actor's first fetch
     out.update(
         lease_p50_ms=1e3 * _pct(leases, 50), lease_p99_ms=1e3 * _pct(leases, 99),
         samples_per_s=samples_in / steps_s, step_s=statistics.median(step_walls),
-        step_sync_s=statistics.median(step_syncs),
+        hub_thread_cpu_per_step_s=step_cpu / steps, units_reissued_by_phase=reissued,
         hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0),
         hub_rss_mb=(sampler.peak_rss - base_rss) / 2**20, hub_peak_rss_mb=sampler.peak_rss / 2**20,
-        units_reissued=metrics.get("hub/units_reassigned", 0.0), units_refused=metrics["hub/units_refused"],
-        samples_refused=metrics["hub/rejected_total"] + sum(r["samples_rejected"] for r in records),
+        units_reissued=reissued["steps"], units_refused=metrics["hub/units_refused"],
+        # Wrongly refused: every sample the hub rejected, and every batch refused for another reason
+        # than a lease already taken back (that one is a reissue, counted above).
+        samples_refused=metrics["hub/rejected_total"] + sum(r["samples_rejected"] for r in records)
+        + sum(1 for r in records for why in r["refused"] if "is not leased to" not in why),
         actor_errors=[r["error"] for r in records if r["error"]][:5],
         one_copy_bytes=one_copy,
         handle_ms={k: {"count": len(v), "p50": 1e3 * _pct(sorted(v), 50), "p99": 1e3 * _pct(sorted(v), 99),
@@ -249,8 +277,8 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         lease_upkeep_s=hub.upkeep_s,
         store_reads={k: sum(r["store"].get(k, 0) for r in records) for k in ("store/chunks_read", "store/chunks_from_hub")},
     )
-    for path, (v, sent) in phases.items():
-        out[f"sync_{path}"] = asdict(_Sync(syncs[v][0], syncs[v][1], sent))
+    for path, (v, sent, cpu) in phases.items():
+        out[f"sync_{path}"] = asdict(_Sync(syncs[v][0], syncs[v][1], sent, cpu))
     if profile and sampler.samples:
         out["profile"] = {
             "samples": sampler.samples,
@@ -294,6 +322,10 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
             BenchRow(SUITE, f"samples taken in, {tag}", r["samples_per_s"], "samples/s", f"N={n0}", ref["samples_per_s"], True),
             BenchRow(SUITE, f"hub CPU, {tag}", r["hub_cpu_cores"], "cores", f"N={n0}", ref["hub_cpu_cores"], False),
             BenchRow(SUITE, f"hub memory growth, {tag}", r["hub_rss_mb"], "MB", f"N={n0}", ref["hub_rss_mb"], False),
+            BenchRow(SUITE, f"hub thread CPU per step, {tag}", r["hub_thread_cpu_per_step_s"], "s", f"N={n0}",
+                     ref["hub_thread_cpu_per_step_s"], False),
+            BenchRow(SUITE, f"units reissued during the sync from the hub, {tag}", r["units_reissued_by_phase"]["hub"],
+                     "units", "through the store", r["units_reissued_by_phase"]["store"], False),
         ]
         for path in ("hub", "store"):
             sync, sync0 = r[f"sync_{path}"], ref[f"sync_{path}"]
@@ -308,7 +340,7 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
             rows.append(BenchRow(SUITE, f"bytes leaving rank 0 per version ({path}), {tag}", sync["bytes_out"] / r["one_copy_bytes"],
                                  "copies", "one copy", 1.0, False, target, met))
     bad = big["units_reissued"] + big["units_refused"] + big["samples_refused"]
-    rows.append(BenchRow(SUITE, f"units reissued + refused, samples refused, N={big['n']} x {big['steps']} steps", bad,
+    rows.append(BenchRow(SUITE, f"units reissued, units and samples refused, N={big['n']} x {big['steps']} steps", bad,
                          "count", "none", 0.0, False, "0", bad == 0))
     return rows
 

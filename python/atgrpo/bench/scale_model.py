@@ -2,9 +2,10 @@
 
 Per step, every actor needs the new version (W bytes). Two paths:
 
-- from the hub (today): rank 0 sends N copies. Its rate is the lower of its NIC and what its hub
-  pushed in the bench at the largest N (one libzmq I/O thread encrypting with CURVE, on this
-  machine's shared cores: an underestimate of a real host's rate, so an upper bound on the time):
+- from the hub (today): rank 0 sends N copies. Its rate is the lower of its NIC and what the hub's
+  process can push per CPU second, measured in the bench at the largest N (bytes served over the
+  process's CPU seconds while it served them: libzmq's one I/O thread encrypting with CURVE, the
+  hub thread, the trackers; CPU time, so the machine's other load does not count):
       t_hub = N * W / min(link, hub_rate)
 - through the store: rank 0 writes one copy, then N actors read at once, each at the lower of its
   own NIC and its share of the storage system's aggregate read bandwidth:
@@ -31,7 +32,7 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
     """The predicted seconds per step of both paths, for `MODELS` x `ACTORS`, from the bench's results."""
     big = results[-1]
     hub = big["sync_hub"]
-    hub_rate = hub["bytes_out"] / hub["seconds"] if hub["seconds"] > 0 else float("inf")
+    hub_rate = hub["bytes_out"] / hub["hub_cpu_s"] if hub["hub_cpu_s"] > 0 else float("inf")
     link = link_gbit * 1e9 / 8
     store_bw = store_gbytes * 1e9
     rows = []
@@ -57,7 +58,7 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
 def format_table(model: dict) -> str:
     lines = [
         f"\nweight sync per step, predicted: {model['link_gbit']:g} Gb/s NICs, store {model['store_gbytes']:g} GB/s "
-        f"aggregate, hub rate {model['hub_rate_gbytes']:.2f} GB/s (measured here at N={model['hub_rate_at_n']})",
+        f"aggregate, hub {model['hub_rate_gbytes']:.2f} GB per CPU second (measured here at N={model['hub_rate_at_n']})",
         f"{'model':<12} {'actors':>6} {'from the hub':>13} {'through store':>14}",
     ]
     for r in model["rows"]:

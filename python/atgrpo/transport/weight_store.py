@@ -12,11 +12,13 @@ the header and every tensor padded to `ALIGN` bytes, so a reader maps the file (
 copy-on-write) and takes each tensor in place: reading a version costs its checks, not a copy.
 
 Invariants:
-- One writer (`WeightStore`, learner rank 0). A version is written to a temporary directory, every
-  file fsynced, the marker written last, then the directory renamed into place: a reader that sees
-  `COMPLETE` sees every chunk whole. A writer that dies mid-write leaves only a `.tmp-` directory,
-  which no reader opens. The writer clears `<root>/<run_id>` when it starts, so a version number
-  reused after a restart never names files of an earlier session.
+- One writer (`WeightStore`, learner rank 0). A version is written to a temporary directory, each
+  file closed before the next, the marker last, then the directory renamed into place: a reader that
+  sees `COMPLETE` sees every chunk whole (close-to-open consistency on NFS; coherent filesystems and
+  one host's page cache give it anyway). A writer that dies mid-write leaves only a `.tmp-`
+  directory, which no reader opens. The writer clears `<root>/<run_id>` when it starts, so a version
+  number reused after a restart never names files of an earlier session. Nothing is fsynced: a crash
+  of rank 0's host ends in that clearing, and a chunk a storage fault damaged fails its crc32.
 - The store is never believed on its own: every chunk read goes through the same checks as a chunk
   from the hub (`WeightsAssembler`: order, sizes, crc32 of every tensor). A chunk that fails them,
   or cannot be read, is fetched from the hub instead (`WeightsRequest.chunk`); after a checksum
@@ -97,7 +99,6 @@ class WeightStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # never read (no marker, not in place); freed now
             raise
-        _fsync_dir(final.parent)
         self.bytes_written += total
         self._prune(policy)
         return total
@@ -218,7 +219,7 @@ def _aligned(n: int) -> int:
 
 
 def _write_file(path: Path, frames: list[Any], raw: bool = False) -> int:
-    """Write a chunk file (module docstring; `raw`: the frames as they are) and fsync it; its size."""
+    """Write a chunk file (module docstring; `raw`: the frames as they are); its size."""
     at = 0
     with open(path, "wb") as f:
         if not raw:
@@ -227,17 +228,7 @@ def _write_file(path: Path, frames: list[Any], raw: bool = False) -> int:
             at += f.write(frame)
             if not raw and at % ALIGN:
                 at += f.write(bytes(ALIGN - at % ALIGN))
-        f.flush()
-        os.fsync(f.fileno())
     return at
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["MARKER", "Marker", "StoreReader", "WeightStore", "version_dir"]
