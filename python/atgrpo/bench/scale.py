@@ -26,6 +26,7 @@ per-N figures into predicted weight-sync times.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -128,6 +129,18 @@ class _Sampler(threading.Thread):
         self.join()
 
 
+def _wait_for_actors(hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with hub._lock:
+            joined = len(hub.actors)
+        if joined >= n:
+            return
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"atgrpo-bench scale: {joined} of {n} simulated actors said Hello within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
 def _cpu() -> float:
     t = os.times()
     return t.user + t.system
@@ -214,6 +227,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     sampler.start()
     cpu0, wall0 = os.times(), time.monotonic()
     procs = _start_workers(n, endpoint.address, keys, run_id, s.delay_s, store_dir)
+    _wait_for_actors(hub, n, procs)  # their start (imports, CURVE handshakes) is not the hub's speed
     published: dict[int, float] = {}
     version, samples_in, step_walls = 0, 0, []
     out: dict = {"n": n, "steps": steps}
@@ -221,6 +235,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     store = WeightStore(store_dir, run_id, keep_versions=2)
     try:
         hub.store = store
+        step_cpu0 = _hub_thread_cpu(hub)
         t_steps = time.monotonic()
         for step in range(steps):
             version += 1
@@ -233,7 +248,8 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
             step_walls.append(time.monotonic() - t0)
         steps_s = time.monotonic() - t_steps
         reissued["steps"] = hub.counters["units_reassigned"]
-        step_cpu = _hub_thread_cpu(hub)
+        step_cpu = _hub_thread_cpu(hub) - step_cpu0
+        steps_rss = sampler.peak_rss
         phases = {}
         for path in ("hub", "store"):
             hub.store = store if path == "store" else None
@@ -264,7 +280,8 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         samples_per_s=samples_in / steps_s, step_s=statistics.median(step_walls),
         hub_thread_cpu_per_step_s=step_cpu / steps, units_reissued_by_phase=reissued,
         hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0),
-        hub_rss_mb=(sampler.peak_rss - base_rss) / 2**20, hub_peak_rss_mb=sampler.peak_rss / 2**20,
+        hub_rss_mb=(steps_rss - base_rss) / 2**20, hub_rss_sync_mb=(sampler.peak_rss - base_rss) / 2**20,
+        hub_thread_busy=step_cpu / steps_s,
         units_reissued=reissued["steps"], units_refused=metrics["hub/units_refused"],
         # Wrongly refused: every sample the hub rejected, and every batch refused for another reason
         # than a lease already taken back (that one is a reissue, counted above).
@@ -321,7 +338,11 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
             BenchRow(SUITE, f"lease latency p99, {tag}", r["lease_p99_ms"], "ms", f"N={n0}", ref["lease_p99_ms"], False),
             BenchRow(SUITE, f"samples taken in, {tag}", r["samples_per_s"], "samples/s", f"N={n0}", ref["samples_per_s"], True),
             BenchRow(SUITE, f"hub CPU, {tag}", r["hub_cpu_cores"], "cores", f"N={n0}", ref["hub_cpu_cores"], False),
-            BenchRow(SUITE, f"hub memory growth, {tag}", r["hub_rss_mb"], "MB", f"N={n0}", ref["hub_rss_mb"], False),
+            BenchRow(SUITE, f"hub memory growth, steps, {tag}", r["hub_rss_mb"], "MB", f"N={n0}", ref["hub_rss_mb"], False),
+            BenchRow(SUITE, f"hub memory growth, sync from the hub, {tag}", r["hub_rss_sync_mb"], "MB", f"N={n0}",
+                     ref["hub_rss_sync_mb"], False),
+            BenchRow(SUITE, f"hub thread busy, steps, {tag}", 100 * r["hub_thread_busy"], "% of wall", f"N={n0}",
+                     100 * ref["hub_thread_busy"], False),
             BenchRow(SUITE, f"hub thread CPU per step, {tag}", r["hub_thread_cpu_per_step_s"], "s", f"N={n0}",
                      ref["hub_thread_cpu_per_step_s"], False),
             BenchRow(SUITE, f"units reissued during the sync from the hub, {tag}", r["units_reissued_by_phase"]["hub"],
@@ -347,6 +368,9 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
 
 def run(quick: bool) -> list[BenchRow]:
     s = QUICK if quick else FULL
+    # Each lease the hub takes back is logged; at N=512 from the hub that is hundreds of lines. The
+    # table counts them (units reissued).
+    logging.getLogger("atgrpo.hub").setLevel(logging.ERROR)
     print(f"scale: N = {', '.join(map(str, s.sizes))}; weights {s.weights_mb} MiB (steps: {s.step_mb} MiB); "
           f"rollout delay {s.delay_s} s; a busy shared machine: read the ratios", flush=True)
     results = measure(s)

@@ -6,7 +6,7 @@ Per step, every actor needs the new version (W bytes). Two paths:
   process can push per CPU second, measured in the bench at the largest N (bytes served over the
   process's CPU seconds while it served them: libzmq's one I/O thread encrypting with CURVE, the
   hub thread, the trackers; CPU time, so the machine's other load does not count):
-      t_hub = N * W / min(link, hub_rate)
+      t_hub = N * W / min(link, hub_rate)     (and N * W / link: the hub's best case, its NIC alone)
 - through the store: rank 0 writes one copy, then N actors read at once, each at the lower of its
   own NIC and its share of the storage system's aggregate read bandwidth:
       t_store = W / min(link, store_bw) + W / min(link, store_bw / N)
@@ -40,7 +40,8 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
         for n in ACTORS:
             t_hub = n * w / min(link, hub_rate)
             t_store = w / min(link, store_bw) + w / min(link, store_bw / n)
-            rows.append({"model": name, "actors": n, "link_gbit": link_gbit, "hub_s": t_hub, "store_s": t_store})
+            rows.append({"model": name, "actors": n, "link_gbit": link_gbit, "hub_s": t_hub, "hub_nic_s": n * w / link,
+                         "store_s": t_store})
     first = results[0]
     return {
         "link_gbit": link_gbit,
@@ -59,10 +60,10 @@ def format_table(model: dict) -> str:
     lines = [
         f"\nweight sync per step, predicted: {model['link_gbit']:g} Gb/s NICs, store {model['store_gbytes']:g} GB/s "
         f"aggregate, hub {model['hub_rate_gbytes']:.2f} GB per CPU second (measured here at N={model['hub_rate_at_n']})",
-        f"{'model':<12} {'actors':>6} {'from the hub':>13} {'through store':>14}",
+        f"{'model':<12} {'actors':>6} {'from the hub':>13} {'(NIC alone)':>12} {'through store':>14}",
     ]
     for r in model["rows"]:
-        lines.append(f"{r['model']:<12} {r['actors']:>6} {r['hub_s']:>12.1f}s {r['store_s']:>13.1f}s")
+        lines.append(f"{r['model']:<12} {r['actors']:>6} {r['hub_s']:>12.1f}s {r['hub_nic_s']:>11.1f}s {r['store_s']:>13.1f}s")
     g = model["measured_growth"]
     lines.append(f"measured here, N={model['measured_n'][0]} -> {model['measured_n'][1]}: time until all hold grows "
                  f"{g['hub']:.1f}x from the hub, {g['store']:.1f}x through the store")
