@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import msgspec
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
-the first chunk for the whole set, so it is refused at `Hello`."""
+the first chunk for the whole set, so it is refused at `Hello`. 3: `WeightsRequest.chunk` (a v2 hub
+would answer a one-chunk request with the whole reply)."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):

@@ -36,14 +36,21 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-
 from atgrpo.bench import scale_model
 from atgrpo.bench.report import BenchRow
-from atgrpo.bench.scale_sim import K, POLICY, PROMPT_TOKENS, RESPONSE_TOKENS, ROLES, TURNS, VOCAB, SimSpec
+from atgrpo.bench.scale_sim import (
+    POLICY,
+    RESPONSE_TOKENS,
+    ROLES,
+    TURNS,
+    VOCAB,
+    K,
+    SimSpec,
+)
 from atgrpo.learner.hub import Hub
 from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
@@ -72,8 +79,17 @@ class Settings:
     """Short enough that a hub too busy to answer would cost leases within the run."""
 
 
-FULL = Settings((8, 32, 128, 512), steps=4, steps_at_largest=20, step_mb=0.0625, weights_mb=8.0, delay_s=0.2)
-QUICK = Settings((2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1)
+FULL = Settings(
+    (8, 32, 128, 512),
+    steps=4,
+    steps_at_largest=20,
+    step_mb=0.0625,
+    weights_mb=8.0,
+    delay_s=0.2,
+)
+QUICK = Settings(
+    (2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1
+)
 
 
 class _TimedHub(Hub):
@@ -114,7 +130,11 @@ class _Sampler(threading.Thread):
     def run(self) -> None:
         while not self._halt.wait(SAMPLE_S):
             self.peak_rss = max(self.peak_rss, _rss())
-            frame = sys._current_frames().get(self.hub_thread.ident or -1) if self.profile else None
+            frame = (
+                sys._current_frames().get(self.hub_thread.ident or -1)
+                if self.profile
+                else None
+            )
             if frame is None:
                 continue
             self.samples += 1
@@ -129,7 +149,9 @@ class _Sampler(threading.Thread):
         self.join()
 
 
-def _wait_for_actors(hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0) -> None:
+def _wait_for_actors(
+    hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with hub._lock:
@@ -137,7 +159,9 @@ def _wait_for_actors(hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s:
         if joined >= n:
             return
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"atgrpo-bench scale: {joined} of {n} simulated actors said Hello within {timeout_s:.0f} s")
+            raise RuntimeError(
+                f"atgrpo-bench scale: {joined} of {n} simulated actors said Hello within {timeout_s:.0f} s"
+            )
         time.sleep(0.05)
 
 
@@ -170,7 +194,9 @@ def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
     out, left, i = {}, total, 0
     while left:
         n = min(left, 2 * 2**20)
-        out[f"layer{i}.weight"] = torch.full((n,), float(version % 100), dtype=torch.bfloat16)
+        out[f"layer{i}.weight"] = torch.full(
+            (n,), float(version % 100), dtype=torch.bfloat16
+        )
         left -= n
         i += 1
     return out
@@ -178,19 +204,38 @@ def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
 
 def _limits() -> IntakeLimits:
     return IntakeLimits(
-        roles=ROLES, role_policy={r: POLICY for r in ROLES}, policies={POLICY: PolicyLimits(VOCAB, 4096)}, turns=TURNS,
-        k=K, tree=True, trajectory=False, max_new_tokens=RESPONSE_TOKENS, micro_batch_tokens=4096,
+        roles=ROLES,
+        role_policy={r: POLICY for r in ROLES},
+        policies={POLICY: PolicyLimits(VOCAB, 4096)},
+        turns=TURNS,
+        k=K,
+        tree=True,
+        trajectory=False,
+        max_new_tokens=RESPONSE_TOKENS,
+        micro_batch_tokens=4096,
     )
 
 
-def _start_workers(n: int, address: str, keys: Path, run_id: str, delay_s: float, store: Path) -> list[subprocess.Popen]:
+def _start_workers(
+    n: int, address: str, keys: Path, run_id: str, delay_s: float, store: Path
+) -> list[subprocess.Popen]:
     workers = max(1, math.ceil(n / ACTORS_PER_WORKER))
     ids = [f"sim-{i}" for i in range(n)]
     procs = []
     for w in range(workers):
         spec = SimSpec(address, str(keys), ids[w::workers], run_id, delay_s, str(store))
-        procs.append(subprocess.Popen([sys.executable, "-m", "atgrpo.bench.scale_sim", json.dumps(asdict(spec))],
-                                      stdout=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "atgrpo.bench.scale_sim",
+                    json.dumps(asdict(spec)),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
     return procs
 
 
@@ -204,7 +249,9 @@ class _Sync:
     writes) from the publish until the round was in: CPU, so other agents' load does not count."""
 
 
-def _sync_times(records: list[dict], published: dict[int, float]) -> dict[int, tuple[float, int]]:
+def _sync_times(
+    records: list[dict], published: dict[int, float]
+) -> dict[int, tuple[float, int]]:
     """version -> (seconds from its publish until the last actor that fetched it held it, how many did)."""
     out = {}
     for v, t_pub in published.items():
@@ -219,7 +266,12 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     keys = generate_keys(root / "keys")
     store_dir = root / "store"
     endpoint = HubEndpoint("tcp://127.0.0.1:*", curve_keys=keys)
-    hub = _TimedHub(endpoint, VersionLedger(run_id, {POLICY: 0}), limits=_limits(), unit_timeout_s=s.unit_timeout_s)
+    hub = _TimedHub(
+        endpoint,
+        VersionLedger(run_id, {POLICY: 0}),
+        limits=_limits(),
+        unit_timeout_s=s.unit_timeout_s,
+    )
     hub.publish(POLICY, 0, _weights(s.step_mb, 0))
     hub.start()
     base_rss = _rss()
@@ -227,7 +279,9 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     sampler.start()
     cpu0, wall0 = os.times(), time.monotonic()
     procs = _start_workers(n, endpoint.address, keys, run_id, s.delay_s, store_dir)
-    _wait_for_actors(hub, n, procs)  # their start (imports, CURVE handshakes) is not the hub's speed
+    _wait_for_actors(
+        hub, n, procs
+    )  # their start (imports, CURVE handshakes) is not the hub's speed
     published: dict[int, float] = {}
     version, samples_in, step_walls = 0, 0, []
     out: dict = {"n": n, "steps": steps}
@@ -254,13 +308,25 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         for path in ("hub", "store"):
             hub.store = store if path == "store" else None
             version += 1
-            before = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
+            before = (
+                hub.metrics()["transport/weights_bytes"]
+                + hub.counters["weights_store_bytes"]
+            )
             cpu_before = _cpu()
             published[version] = time.monotonic()
             hub.publish(POLICY, version, _weights(s.weights_mb, version))
-            rid = hub.open_round(steps + len(phases), list(range(UNITS_PER_ACTOR * n)), 1, split="train", greedy=False)
+            rid = hub.open_round(
+                steps + len(phases),
+                list(range(UNITS_PER_ACTOR * n)),
+                1,
+                split="train",
+                greedy=False,
+            )
             hub.wait_round(rid, stall_timeout_s=300.0)
-            after = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
+            after = (
+                hub.metrics()["transport/weights_bytes"]
+                + hub.counters["weights_store_bytes"]
+            )
             phases[path] = (version, after - before, _cpu() - cpu_before)
             reissued[path] = hub.counters["units_reassigned"] - sum(reissued.values())
         cpu1, wall1 = os.times(), time.monotonic()
@@ -270,29 +336,52 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         records = []
         for p in procs:
             stdout, _ = p.communicate(timeout=120)
-            records += json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else []
+            records += (
+                json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else []
+            )
     syncs = _sync_times(records, published)
-    one_copy = sum(t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values())
+    one_copy = sum(
+        t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values()
+    )
     leases = sorted(x for r in records for x in r["lease_s"])
     metrics = hub.metrics()
     out.update(
-        lease_p50_ms=1e3 * _pct(leases, 50), lease_p99_ms=1e3 * _pct(leases, 99),
-        samples_per_s=samples_in / steps_s, step_s=statistics.median(step_walls),
-        hub_thread_cpu_per_step_s=step_cpu / steps, units_reissued_by_phase=reissued,
-        hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0),
-        hub_rss_mb=(steps_rss - base_rss) / 2**20, hub_rss_sync_mb=(sampler.peak_rss - base_rss) / 2**20,
+        lease_p50_ms=1e3 * _pct(leases, 50),
+        lease_p99_ms=1e3 * _pct(leases, 99),
+        samples_per_s=samples_in / steps_s,
+        step_s=statistics.median(step_walls),
+        hub_thread_cpu_per_step_s=step_cpu / steps,
+        units_reissued_by_phase=reissued,
+        hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system))
+        / (wall1 - wall0),
+        hub_rss_mb=(steps_rss - base_rss) / 2**20,
+        hub_rss_sync_mb=(sampler.peak_rss - base_rss) / 2**20,
         hub_thread_busy=step_cpu / steps_s,
-        units_reissued=reissued["steps"], units_refused=metrics["hub/units_refused"],
+        units_reissued=reissued["steps"],
+        units_refused=metrics["hub/units_refused"],
         # Wrongly refused: every sample the hub rejected, and every batch refused for another reason
         # than a lease already taken back (that one is a reissue, counted above).
-        samples_refused=metrics["hub/rejected_total"] + sum(r["samples_rejected"] for r in records)
-        + sum(1 for r in records for why in r["refused"] if "is not leased to" not in why),
+        samples_refused=metrics["hub/rejected_total"]
+        + sum(r["samples_rejected"] for r in records)
+        + sum(
+            1 for r in records for why in r["refused"] if "is not leased to" not in why
+        ),
         actor_errors=[r["error"] for r in records if r["error"]][:5],
         one_copy_bytes=one_copy,
-        handle_ms={k: {"count": len(v), "p50": 1e3 * _pct(sorted(v), 50), "p99": 1e3 * _pct(sorted(v), 99),
-                       "total_s": sum(v)} for k, v in hub.handle_s.items()},
+        handle_ms={
+            k: {
+                "count": len(v),
+                "p50": 1e3 * _pct(sorted(v), 50),
+                "p99": 1e3 * _pct(sorted(v), 99),
+                "total_s": sum(v),
+            }
+            for k, v in hub.handle_s.items()
+        },
         lease_upkeep_s=hub.upkeep_s,
-        store_reads={k: sum(r["store"].get(k, 0) for r in records) for k in ("store/chunks_read", "store/chunks_from_hub")},
+        store_reads={
+            k: sum(r["store"].get(k, 0) for r in records)
+            for k in ("store/chunks_read", "store/chunks_from_hub")
+        },
     )
     for path, (v, sent, cpu) in phases.items():
         out[f"sync_{path}"] = asdict(_Sync(syncs[v][0], syncs[v][1], sent, cpu))
@@ -308,7 +397,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))]
 
 
 def measure(s: Settings) -> list[dict]:
@@ -316,10 +405,17 @@ def measure(s: Settings) -> list[dict]:
     for n in s.sizes:
         largest = n == s.sizes[-1]
         with tempfile.TemporaryDirectory(prefix="atgrpo-scale-") as tmp:
-            results.append(run_n(n, s, s.steps_at_largest if largest else s.steps, largest, Path(tmp)))
+            results.append(
+                run_n(
+                    n, s, s.steps_at_largest if largest else s.steps, largest, Path(tmp)
+                )
+            )
         r = results[-1]
-        print(f"scale: N={n}: lease p50 {r['lease_p50_ms']:.1f} ms, {r['samples_per_s']:.0f} samples/s, "
-              f"all hold (hub) {r['sync_hub']['seconds']:.2f} s, (store) {r['sync_store']['seconds']:.2f} s", flush=True)
+        print(
+            f"scale: N={n}: lease p50 {r['lease_p50_ms']:.1f} ms, {r['samples_per_s']:.0f} samples/s, "
+            f"all hold (hub) {r['sync_hub']['seconds']:.2f} s, (store) {r['sync_store']['seconds']:.2f} s",
+            flush=True,
+        )
     return results
 
 
@@ -334,35 +430,139 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
         n = r["n"]
         tag = f"N={n}"
         rows += [
-            BenchRow(SUITE, f"lease latency p50, {tag}", r["lease_p50_ms"], "ms", f"N={n0}", ref["lease_p50_ms"], False),
-            BenchRow(SUITE, f"lease latency p99, {tag}", r["lease_p99_ms"], "ms", f"N={n0}", ref["lease_p99_ms"], False),
-            BenchRow(SUITE, f"samples taken in, {tag}", r["samples_per_s"], "samples/s", f"N={n0}", ref["samples_per_s"], True),
-            BenchRow(SUITE, f"hub CPU, {tag}", r["hub_cpu_cores"], "cores", f"N={n0}", ref["hub_cpu_cores"], False),
-            BenchRow(SUITE, f"hub memory growth, steps, {tag}", r["hub_rss_mb"], "MB", f"N={n0}", ref["hub_rss_mb"], False),
-            BenchRow(SUITE, f"hub memory growth, sync from the hub, {tag}", r["hub_rss_sync_mb"], "MB", f"N={n0}",
-                     ref["hub_rss_sync_mb"], False),
-            BenchRow(SUITE, f"hub thread busy, steps, {tag}", 100 * r["hub_thread_busy"], "% of wall", f"N={n0}",
-                     100 * ref["hub_thread_busy"], False),
-            BenchRow(SUITE, f"hub thread CPU per step, {tag}", r["hub_thread_cpu_per_step_s"], "s", f"N={n0}",
-                     ref["hub_thread_cpu_per_step_s"], False),
-            BenchRow(SUITE, f"units reissued during the sync from the hub, {tag}", r["units_reissued_by_phase"]["hub"],
-                     "units", "through the store", r["units_reissued_by_phase"]["store"], False),
+            BenchRow(
+                SUITE,
+                f"lease latency p50, {tag}",
+                r["lease_p50_ms"],
+                "ms",
+                f"N={n0}",
+                ref["lease_p50_ms"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"lease latency p99, {tag}",
+                r["lease_p99_ms"],
+                "ms",
+                f"N={n0}",
+                ref["lease_p99_ms"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"samples taken in, {tag}",
+                r["samples_per_s"],
+                "samples/s",
+                f"N={n0}",
+                ref["samples_per_s"],
+                True,
+            ),
+            BenchRow(
+                SUITE,
+                f"hub CPU, {tag}",
+                r["hub_cpu_cores"],
+                "cores",
+                f"N={n0}",
+                ref["hub_cpu_cores"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"hub memory growth, steps, {tag}",
+                r["hub_rss_mb"],
+                "MB",
+                f"N={n0}",
+                ref["hub_rss_mb"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"hub memory growth, sync from the hub, {tag}",
+                r["hub_rss_sync_mb"],
+                "MB",
+                f"N={n0}",
+                ref["hub_rss_sync_mb"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"hub thread busy, steps, {tag}",
+                100 * r["hub_thread_busy"],
+                "% of wall",
+                f"N={n0}",
+                100 * ref["hub_thread_busy"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"hub thread CPU per step, {tag}",
+                r["hub_thread_cpu_per_step_s"],
+                "s",
+                f"N={n0}",
+                ref["hub_thread_cpu_per_step_s"],
+                False,
+            ),
+            BenchRow(
+                SUITE,
+                f"units reissued during the sync from the hub, {tag}",
+                r["units_reissued_by_phase"]["hub"],
+                "units",
+                "through the store",
+                r["units_reissued_by_phase"]["store"],
+                False,
+            ),
         ]
         for path in ("hub", "store"):
             sync, sync0 = r[f"sync_{path}"], ref[f"sync_{path}"]
             target, met = "", None
             if r is mid and path == "store":
                 target, met = f"<= 3x N={n0}", sync["seconds"] <= 3 * sync0["seconds"]
-            rows.append(BenchRow(SUITE, f"all {n} hold a new version ({path}), {sync['holders']} fetched", sync["seconds"],
-                                 "s", f"N={n0}", sync0["seconds"], False, target, met))
+            rows.append(
+                BenchRow(
+                    SUITE,
+                    f"all {n} hold a new version ({path}), {sync['holders']} fetched",
+                    sync["seconds"],
+                    "s",
+                    f"N={n0}",
+                    sync0["seconds"],
+                    False,
+                    target,
+                    met,
+                )
+            )
             target, met = "", None
             if r is mid and path == "store":
-                target, met = "<= 4 copies", sync["bytes_out"] <= 4 * r["one_copy_bytes"]
-            rows.append(BenchRow(SUITE, f"bytes leaving rank 0 per version ({path}), {tag}", sync["bytes_out"] / r["one_copy_bytes"],
-                                 "copies", "one copy", 1.0, False, target, met))
+                target, met = (
+                    "<= 4 copies",
+                    sync["bytes_out"] <= 4 * r["one_copy_bytes"],
+                )
+            rows.append(
+                BenchRow(
+                    SUITE,
+                    f"bytes leaving rank 0 per version ({path}), {tag}",
+                    sync["bytes_out"] / r["one_copy_bytes"],
+                    "copies",
+                    "one copy",
+                    1.0,
+                    False,
+                    target,
+                    met,
+                )
+            )
     bad = big["units_reissued"] + big["units_refused"] + big["samples_refused"]
-    rows.append(BenchRow(SUITE, f"units reissued, units and samples refused, N={big['n']} x {big['steps']} steps", bad,
-                         "count", "none", 0.0, False, "0", bad == 0))
+    rows.append(
+        BenchRow(
+            SUITE,
+            f"units reissued, units and samples refused, N={big['n']} x {big['steps']} steps",
+            bad,
+            "count",
+            "none",
+            0.0,
+            False,
+            "0",
+            bad == 0,
+        )
+    )
     return rows
 
 
@@ -371,19 +571,35 @@ def run(quick: bool) -> list[BenchRow]:
     # Each lease the hub takes back is logged; at N=512 from the hub that is hundreds of lines. The
     # table counts them (units reissued).
     logging.getLogger("atgrpo.hub").setLevel(logging.ERROR)
-    print(f"scale: N = {', '.join(map(str, s.sizes))}; weights {s.weights_mb} MiB (steps: {s.step_mb} MiB); "
-          f"rollout delay {s.delay_s} s; a busy shared machine: read the ratios", flush=True)
+    print(
+        f"scale: N = {', '.join(map(str, s.sizes))}; weights {s.weights_mb} MiB (steps: {s.step_mb} MiB); "
+        f"rollout delay {s.delay_s} s; a busy shared machine: read the ratios",
+        flush=True,
+    )
     results = measure(s)
     rows = rows_of(results, s)
     model = scale_model.predict(results)
     print(scale_model.format_table(model))
     _print_profile(results[-1])
     DETAIL_JSON.parent.mkdir(parents=True, exist_ok=True)
-    DETAIL_JSON.write_text(json.dumps({"settings": asdict(s), "per_n": results, "model": model}, indent=2, default=str))
+    DETAIL_JSON.write_text(
+        json.dumps(
+            {"settings": asdict(s), "per_n": results, "model": model},
+            indent=2,
+            default=str,
+        )
+    )
     print(f"scale: details in {DETAIL_JSON}")
     rows += [
-        BenchRow(SUITE, f"predicted sync through the store, {m['model']} N={m['actors']} ({m['link_gbit']:g} Gb/s)",
-                 m["store_s"], "s", "from the hub", m["hub_s"], False)
+        BenchRow(
+            SUITE,
+            f"predicted sync through the store, {m['model']} N={m['actors']} ({m['link_gbit']:g} Gb/s)",
+            m["store_s"],
+            "s",
+            "from the hub",
+            m["hub_s"],
+            False,
+        )
         for m in model["rows"]
     ]
     return rows
@@ -393,12 +609,19 @@ def _print_profile(r: dict) -> None:
     prof = r.get("profile")
     if not prof:
         return
-    print(f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes")
+    print(
+        f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes"
+    )
     for name, share in prof["atgrpo"].items():
         print(f"  {100 * share:5.1f}%  {name}")
     handled = sorted(r["handle_ms"].items(), key=lambda kv: -kv[1]["total_s"])
-    print("  per message kind: " + "; ".join(
-        f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms" for k, v in handled))
+    print(
+        "  per message kind: "
+        + "; ".join(
+            f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms"
+            for k, v in handled
+        )
+    )
     print(f"  lease upkeep (expiry scan every loop turn): {r['lease_upkeep_s']:.2f} s")
 
 

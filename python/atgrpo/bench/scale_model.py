@@ -28,11 +28,17 @@ STORE_GBYTES = 50.0
 """Aggregate read bandwidth of the shared filesystem, GB/s."""
 
 
-def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: float = STORE_GBYTES) -> dict:
+def predict(
+    results: list[dict],
+    link_gbit: float = LINK_GBIT,
+    store_gbytes: float = STORE_GBYTES,
+) -> dict:
     """The predicted seconds per step of both paths, for `MODELS` x `ACTORS`, from the bench's results."""
     big = results[-1]
     hub = big["sync_hub"]
-    hub_rate = hub["bytes_out"] / hub["hub_cpu_s"] if hub["hub_cpu_s"] > 0 else float("inf")
+    hub_rate = (
+        hub["bytes_out"] / hub["hub_cpu_s"] if hub["hub_cpu_s"] > 0 else float("inf")
+    )
     link = link_gbit * 1e9 / 8
     store_bw = store_gbytes * 1e9
     rows = []
@@ -40,8 +46,16 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
         for n in ACTORS:
             t_hub = n * w / min(link, hub_rate)
             t_store = w / min(link, store_bw) + w / min(link, store_bw / n)
-            rows.append({"model": name, "actors": n, "link_gbit": link_gbit, "hub_s": t_hub, "hub_nic_s": n * w / link,
-                         "store_s": t_store})
+            rows.append(
+                {
+                    "model": name,
+                    "actors": n,
+                    "link_gbit": link_gbit,
+                    "hub_s": t_hub,
+                    "hub_nic_s": n * w / link,
+                    "store_s": t_store,
+                }
+            )
     first = results[0]
     return {
         "link_gbit": link_gbit,
@@ -49,7 +63,8 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
         "hub_rate_gbytes": hub_rate / 1e9,
         "hub_rate_at_n": big["n"],
         "measured_growth": {
-            path: big[f"sync_{path}"]["seconds"] / first[f"sync_{path}"]["seconds"] for path in ("hub", "store")
+            path: big[f"sync_{path}"]["seconds"] / first[f"sync_{path}"]["seconds"]
+            for path in ("hub", "store")
         },
         "measured_n": [first["n"], big["n"]],
         "rows": rows,
@@ -58,15 +73,21 @@ def predict(results: list[dict], link_gbit: float = LINK_GBIT, store_gbytes: flo
 
 def format_table(model: dict) -> str:
     lines = [
-        f"\nweight sync per step, predicted: {model['link_gbit']:g} Gb/s NICs, store {model['store_gbytes']:g} GB/s "
-        f"aggregate, hub {model['hub_rate_gbytes']:.2f} GB per CPU second (measured here at N={model['hub_rate_at_n']})",
+        (
+            f"\nweight sync per step, predicted: {model['link_gbit']:g} Gb/s NICs, store {model['store_gbytes']:g} GB/s "
+            f"aggregate, hub {model['hub_rate_gbytes']:.2f} GB per CPU second (measured here at N={model['hub_rate_at_n']})"
+        ),
         f"{'model':<12} {'actors':>6} {'from the hub':>13} {'(NIC alone)':>12} {'through store':>14}",
     ]
     for r in model["rows"]:
-        lines.append(f"{r['model']:<12} {r['actors']:>6} {r['hub_s']:>12.1f}s {r['hub_nic_s']:>11.1f}s {r['store_s']:>13.1f}s")
+        lines.append(
+            f"{r['model']:<12} {r['actors']:>6} {r['hub_s']:>12.1f}s {r['hub_nic_s']:>11.1f}s {r['store_s']:>13.1f}s"
+        )
     g = model["measured_growth"]
-    lines.append(f"measured here, N={model['measured_n'][0]} -> {model['measured_n'][1]}: time until all hold grows "
-                 f"{g['hub']:.1f}x from the hub, {g['store']:.1f}x through the store")
+    lines.append(
+        f"measured here, N={model['measured_n'][0]} -> {model['measured_n'][1]}: time until all hold grows "
+        f"{g['hub']:.1f}x from the hub, {g['store']:.1f}x through the store"
+    )
     return "\n".join(lines)
 
 

@@ -38,6 +38,7 @@ from atgrpo.messages import (
     WorkUnit,
 )
 from atgrpo.transport.endpoints import ActorClient
+from atgrpo.transport.errors import UnexpectedReply
 from atgrpo.transport.weight_store import StoreReader
 
 ROLES = ("planner", "executor")
@@ -86,22 +87,48 @@ def _samples(run_id: str, unit: WorkUnit, version: int, turn: int) -> list[Sampl
     response = [(13 * i + 1) % VOCAB for i in range(RESPONSE_TOKENS)]
     logprobs = [-0.5] * RESPONSE_TOKENS
     return [
-        Sample(run_id, POLICY, version, unit.step, role, GroupKey(unit.env_offset + e, agent, turn), prompt, response,
-               logprobs, 0.5, 0.5, 0.0, False, False, branch)
-        for e in range(len(unit.seeds)) for agent, role in enumerate(ROLES) for branch in range(K)
+        Sample(
+            run_id,
+            POLICY,
+            version,
+            unit.step,
+            role,
+            GroupKey(unit.env_offset + e, agent, turn),
+            prompt,
+            response,
+            logprobs,
+            0.5,
+            0.5,
+            0.0,
+            False,
+            False,
+            branch,
+        )
+        for e in range(len(unit.seeds))
+        for agent, role in enumerate(ROLES)
+        for branch in range(K)
     ]
 
 
-
-
 def _actor(spec: SimSpec, record: ActorRecord) -> None:
-    client = ActorClient(spec.address, record.actor_id, timeout_s=spec.timeout_s, curve_keys=spec.curve_keys)
-    reader = StoreReader(spec.store_root, spec.run_id, wait_s=0.0) if spec.store_root else None
+    client = ActorClient(
+        spec.address,
+        record.actor_id,
+        timeout_s=spec.timeout_s,
+        curve_keys=spec.curve_keys,
+    )
+    reader = (
+        StoreReader(spec.store_root, spec.run_id, wait_s=0.0)
+        if spec.store_root
+        else None
+    )
     held: dict[str, int] = {}
     try:
-        welcome = client.request(Hello(PROTOCOL_VERSION, record.actor_id, spec.run_id, [POLICY]))
+        welcome = client.request(
+            Hello(PROTOCOL_VERSION, record.actor_id, spec.run_id, [POLICY])
+        )
         if not isinstance(welcome, Welcome):
-            raise RuntimeError(f"hello answered with {welcome!r}")
+            raise UnexpectedReply(f"hello answered with {welcome!r}")
         while True:
             t0 = time.monotonic()
             reply = client.request(WorkRequest(record.actor_id))
@@ -111,12 +138,14 @@ def _actor(spec: SimSpec, record: ActorRecord) -> None:
                 time.sleep(reply.retry_after_s)
                 continue
             if not isinstance(reply, WorkUnit):
-                raise RuntimeError(f"work request answered with {reply!r}")
+                raise UnexpectedReply(f"work request answered with {reply!r}")
             record.lease_s.append(time.monotonic() - t0)
             for policy, version in reply.versions.items():
                 if held.get(policy) != version:
                     if reader is not None:
-                        reader.fetch(client, policy, version)  # tensors dropped at once: only the check counts
+                        reader.fetch(
+                            client, policy, version
+                        )  # tensors dropped at once: only the check counts
                     else:
                         client.request_weights(policy, version)
                     held[policy] = version
@@ -125,7 +154,7 @@ def _actor(spec: SimSpec, record: ActorRecord) -> None:
             if not _send_unit(client, record, reply):
                 continue
             record.units += 1
-    except Exception as exc:  # recorded: the bench reports it, a simulated actor never hangs the run
+    except Exception as exc:  # noqa: BLE001  (recorded: the bench reports it; one actor never ends the run)
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
         if reader is not None:
@@ -137,10 +166,22 @@ def _send_unit(client: ActorClient, record: ActorRecord, unit: WorkUnit) -> bool
     version = unit.versions[POLICY]
     for turn in range(TURNS):
         batch = _samples(record.run_id, unit, version, turn)
-        if not _ack(client, record, SampleBatch(record.actor_id, unit.unit_id, batch, False), len(batch)):
+        if not _ack(
+            client,
+            record,
+            SampleBatch(record.actor_id, unit.unit_id, batch, False),
+            len(batch),
+        ):
             return False
-    envs = [EnvResult(unit.env_offset + e, True, TURNS, 1.0) for e in range(len(unit.seeds))]
-    return _ack(client, record, SampleBatch(record.actor_id, unit.unit_id, [], True, envs, UnitTimings()), 0)
+    envs = [
+        EnvResult(unit.env_offset + e, True, TURNS, 1.0) for e in range(len(unit.seeds))
+    ]
+    return _ack(
+        client,
+        record,
+        SampleBatch(record.actor_id, unit.unit_id, [], True, envs, UnitTimings()),
+        0,
+    )
 
 
 def _ack(client: ActorClient, record: ActorRecord, batch: SampleBatch, n: int) -> bool:
@@ -150,14 +191,16 @@ def _ack(client: ActorClient, record: ActorRecord, batch: SampleBatch, n: int) -
         record.refused.append(reply.reason[:200])
         return False
     if not isinstance(reply, SampleAck):
-        raise RuntimeError(f"samples answered with {reply!r}")
+        raise UnexpectedReply(f"samples answered with {reply!r}")
     record.samples_rejected += reply.rejected
     return True
 
 
 def run_worker(spec: SimSpec) -> list[ActorRecord]:
     records = [ActorRecord(a, spec.run_id) for a in spec.actor_ids]
-    threads = [threading.Thread(target=_actor, args=(spec, r), daemon=True) for r in records]
+    threads = [
+        threading.Thread(target=_actor, args=(spec, r), daemon=True) for r in records
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -168,7 +211,11 @@ def run_worker(spec: SimSpec) -> list[ActorRecord]:
 if __name__ == "__main__":
     import logging
 
-    logging.basicConfig(level=logging.ERROR)  # a reader that finds no marker (hub-path versions) says so at WARNING
-    threading.stack_size(512 * 1024)  # hundreds of threads: their stacks need not be 8 MiB
+    logging.basicConfig(
+        level=logging.ERROR
+    )  # a reader that finds no marker (hub-path versions) says so at WARNING
+    threading.stack_size(
+        512 * 1024
+    )  # hundreds of threads: their stacks need not be 8 MiB
     got = run_worker(SimSpec(**json.loads(sys.argv[1])))
     print(json.dumps([asdict(r) for r in got]))

@@ -45,7 +45,7 @@ import torch
 
 from atgrpo.messages import WeightsHeader
 from atgrpo.transport.codec import decode
-from atgrpo.transport.errors import ChecksumMismatch, TransportError
+from atgrpo.transport.errors import ChecksumMismatch, TransportError, WeightsHeaderError
 from atgrpo.transport.tensors import DTYPES, WeightsAssembler
 
 log = logging.getLogger("atgrpo.transport")
@@ -67,19 +67,25 @@ class Marker(msgspec.Struct):
     nbytes: int
 
 
-def version_dir(root: str | os.PathLike[str], run_id: str, policy: str, version: int) -> Path:
+def version_dir(
+    root: str | os.PathLike[str], run_id: str, policy: str, version: int
+) -> Path:
     return Path(root) / run_id / policy / f"v{version}"
 
 
 class WeightStore:
     """The writer, on learner rank 0. Not thread-safe (the learner's main thread publishes)."""
 
-    def __init__(self, root: str | os.PathLike[str], run_id: str, keep_versions: int = 2) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], run_id: str, keep_versions: int = 2
+    ) -> None:
         self.root = Path(root)
         self.run_id = run_id
         self.keep_versions = max(1, keep_versions)
         self.bytes_written = 0
-        shutil.rmtree(self.root / run_id, ignore_errors=True)  # an earlier session's versions must never be read
+        shutil.rmtree(
+            self.root / run_id, ignore_errors=True
+        )  # an earlier session's versions must never be read
         (self.root / run_id).mkdir(parents=True, exist_ok=True)
 
     def write(self, policy: str, version: int, messages: list[list[Any]]) -> int:
@@ -92,12 +98,20 @@ class WeightStore:
         try:
             for i, frames in enumerate(messages):
                 total += _write_file(tmp / f"chunk-{i}", frames)
-            _write_file(tmp / MARKER, [msgspec.json.encode(Marker(policy, version, len(messages), total))], raw=True)
-            if final.exists():  # a version republished in this session (same number, same weights)
+            _write_file(
+                tmp / MARKER,
+                [msgspec.json.encode(Marker(policy, version, len(messages), total))],
+                raw=True,
+            )
+            if (
+                final.exists()
+            ):  # a version republished in this session (same number, same weights)
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # never read (no marker, not in place); freed now
+            shutil.rmtree(
+                tmp, ignore_errors=True
+            )  # never read (no marker, not in place); freed now
             raise
         self.bytes_written += total
         self._prune(policy)
@@ -105,28 +119,44 @@ class WeightStore:
 
     def _prune(self, policy: str) -> None:
         held = sorted(
-            (int(d.name[1:]), d) for d in (self.root / self.run_id / policy).iterdir() if d.name[1:].isdigit() and d.name[0] == "v"
+            (int(d.name[1:]), d)
+            for d in (self.root / self.run_id / policy).iterdir()
+            if d.name[1:].isdigit() and d.name[0] == "v"
         )
         for _, old in held[: -self.keep_versions]:
-            shutil.rmtree(old, ignore_errors=True)  # a reader still in it falls back to the hub
+            shutil.rmtree(
+                old, ignore_errors=True
+            )  # a reader still in it falls back to the hub
 
 
 class StoreReader:
     """The reader, in an actor: weights from the store, chunk by chunk, with the hub as the fallback.
     `client` is the actor's `ActorClient` (its `request_weights` and `request_chunk`)."""
 
-    def __init__(self, root: str | os.PathLike[str], run_id: str, *, wait_s: float = 10.0, poll_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        run_id: str,
+        *,
+        wait_s: float = 10.0,
+        poll_s: float = 0.02,
+    ) -> None:
         self.root = Path(root)
         self.run_id = run_id
         self.wait_s = wait_s
         self.poll_s = poll_s
         self.trusted = True
         self.counters: dict[str, int] = {
-            "store/chunks_read": 0, "store/bytes_read": 0, "store/chunks_from_hub": 0, "store/versions_from_hub": 0,
+            "store/chunks_read": 0,
+            "store/bytes_read": 0,
+            "store/chunks_from_hub": 0,
+            "store/versions_from_hub": 0,
             "store/bad_chunks": 0,
         }
 
-    def fetch(self, client: Any, policy: str, version: int) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
+    def fetch(
+        self, client: Any, policy: str, version: int
+    ) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
         """`policy` at `version` (>= 0), checked as the hub's reply would be."""
         folder = version_dir(self.root, self.run_id, policy, version)
         marker = self._marker(folder) if self.trusted else None
@@ -135,12 +165,18 @@ class StoreReader:
             return client.request_weights(policy, version)
         got = WeightsAssembler(verify=True, max_header_bytes=_MAX_HEADER_BYTES)
         for i in range(marker.chunks):
-            frames = self._read_chunk(folder / f"chunk-{i}", policy, version, i) if self.trusted else None
+            frames = (
+                self._read_chunk(folder / f"chunk-{i}", policy, version, i)
+                if self.trusted
+                else None
+            )
             if frames is not None:
                 try:
                     got.add(frames)
                     self.counters["store/chunks_read"] += 1
-                    self.counters["store/bytes_read"] += sum(memoryview(f).nbytes for f in frames)
+                    self.counters["store/bytes_read"] += sum(
+                        memoryview(f).nbytes for f in frames
+                    )
                     continue
                 except TransportError as exc:
                     self._distrust(exc, policy, version, i)
@@ -157,22 +193,36 @@ class StoreReader:
             except FileNotFoundError:
                 pass
             except (OSError, msgspec.DecodeError) as exc:
-                log.warning("weight store: marker %s unreadable (%s); fetching from the hub", folder / MARKER, exc)
+                log.warning(
+                    "weight store: marker %s unreadable (%s); fetching from the hub",
+                    folder / MARKER,
+                    exc,
+                )
                 return None
             if time.monotonic() >= deadline:
-                log.warning("weight store: no %s within %.1f s; fetching from the hub", folder / MARKER, self.wait_s)
+                log.warning(
+                    "weight store: no %s within %.1f s; fetching from the hub",
+                    folder / MARKER,
+                    self.wait_s,
+                )
                 return None
             time.sleep(self.poll_s)
 
-    def _read_chunk(self, path: Path, policy: str, version: int, chunk: int) -> list[Any] | None:
+    def _read_chunk(
+        self, path: Path, policy: str, version: int, chunk: int
+    ) -> list[Any] | None:
         """The chunk's frames (header, then one writable buffer per tensor), or None if the file
         cannot be read or split (a pruned version, a truncated file): that chunk comes from the hub."""
         try:
             with open(path, "rb") as f:
                 # Private and writable: the tensors are the actor's own, and a write to one never
                 # reaches the file (copy-on-write); pages are read in with the mapping.
-                data = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
-                                 prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                data = mmap.mmap(
+                    f.fileno(),
+                    0,
+                    flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
+                    prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                )
             view = memoryview(data)
             if len(view) < _LEN.size:
                 raise ValueError(f"a file of {len(view)} bytes")
@@ -180,10 +230,12 @@ class StoreReader:
             header_end = _LEN.size + size
             if header_end > len(view) or size > _MAX_HEADER_BYTES:
                 raise ValueError(f"header of {size} bytes in a file of {len(view)}")
-            header = decode(view[_LEN.size:header_end], max_bytes=_MAX_HEADER_BYTES)
+            header = decode(view[_LEN.size : header_end], max_bytes=_MAX_HEADER_BYTES)
             if not isinstance(header, WeightsHeader):
-                raise ValueError(f"a {type(header).__name__}, not a weights header")
-            frames: list[Any] = [view[_LEN.size:header_end]]
+                raise WeightsHeaderError(
+                    f"a {type(header).__name__}, not a weights header"
+                )
+            frames: list[Any] = [view[_LEN.size : header_end]]
             at = _aligned(header_end)
             for meta in header.tensors:
                 dtype = DTYPES.get(meta.dtype)
@@ -193,7 +245,9 @@ class StoreReader:
                 for d in meta.shape:
                     n *= d
                 if at + n > len(view):
-                    raise ValueError(f"tensor {meta.name[:64]!r} runs past the end of the file")
+                    raise ValueError(
+                        f"tensor {meta.name[:64]!r} runs past the end of the file"
+                    )
                 frames.append(view[at : at + n])
                 at = _aligned(at + n)
             if at != len(view):
@@ -201,17 +255,37 @@ class StoreReader:
             return frames
         except (OSError, ValueError, TransportError) as exc:
             self.counters["store/bad_chunks"] += 1
-            log.warning("weight store: chunk %d of %r v%d unreadable (%s); fetching it from the hub", chunk, policy, version, exc)
+            log.warning(
+                "weight store: chunk %d of %r v%d unreadable (%s); fetching it from the hub",
+                chunk,
+                policy,
+                version,
+                exc,
+            )
             return None
 
-    def _distrust(self, exc: TransportError, policy: str, version: int, chunk: int) -> None:
+    def _distrust(
+        self, exc: TransportError, policy: str, version: int, chunk: int
+    ) -> None:
         self.counters["store/bad_chunks"] += 1
         if isinstance(exc, ChecksumMismatch):
             self.trusted = False
-            log.error("weight store: chunk %d of %r v%d failed its check (%s); it comes from the hub, and so "
-                      "does everything after it: the store is no longer trusted", chunk, policy, version, exc)
+            log.error(
+                "weight store: chunk %d of %r v%d failed its check (%s); it comes from the hub, and so "
+                "does everything after it: the store is no longer trusted",
+                chunk,
+                policy,
+                version,
+                exc,
+            )
         else:
-            log.warning("weight store: chunk %d of %r v%d refused (%s); fetching it from the hub", chunk, policy, version, exc)
+            log.warning(
+                "weight store: chunk %d of %r v%d refused (%s); fetching it from the hub",
+                chunk,
+                policy,
+                version,
+                exc,
+            )
 
 
 def _aligned(n: int) -> int:
