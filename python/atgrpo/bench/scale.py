@@ -247,6 +247,11 @@ class _Sync:
     hub_cpu_s: float
     """CPU seconds of the hub's process (its thread, libzmq's I/O thread with CURVE, the store's
     writes) from the publish until the round was in: CPU, so other agents' load does not count."""
+    last_start_s: float = 0.0
+    """From the publish until the last actor began fetching (it had leased a unit naming the version)."""
+    fetch_p50_s: float = 0.0
+    """Median seconds one actor took from starting to fetch until it held the version (checked)."""
+    fetch_max_s: float = 0.0
 
 
 def _sync_times(
@@ -384,7 +389,23 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         },
     )
     for path, (v, sent, cpu) in phases.items():
-        out[f"sync_{path}"] = asdict(_Sync(syncs[v][0], syncs[v][1], sent, cpu))
+        starts = [r["starts"][str(v)] for r in records if str(v) in r["holds"]]
+        fetches = sorted(
+            r["holds"][str(v)] - r["starts"][str(v)]
+            for r in records
+            if str(v) in r["holds"]
+        )
+        out[f"sync_{path}"] = asdict(
+            _Sync(
+                syncs[v][0],
+                syncs[v][1],
+                sent,
+                cpu,
+                max(starts, default=published[v]) - published[v],
+                _pct(fetches, 50),
+                fetches[-1] if fetches else float("nan"),
+            )
+        )
     if profile and sampler.samples:
         out["profile"] = {
             "samples": sampler.samples,
@@ -514,6 +535,26 @@ def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
         ]
         for path in ("hub", "store"):
             sync, sync0 = r[f"sync_{path}"], ref[f"sync_{path}"]
+            rows += [
+                BenchRow(
+                    SUITE,
+                    f"last actor leased a unit naming it ({path}), {tag}",
+                    sync["last_start_s"],
+                    "s",
+                    f"N={n0}",
+                    sync0["last_start_s"],
+                    False,
+                ),
+                BenchRow(
+                    SUITE,
+                    f"one actor's fetch, p50 ({path}), {tag}",
+                    sync["fetch_p50_s"],
+                    "s",
+                    f"N={n0}",
+                    sync0["fetch_p50_s"],
+                    False,
+                ),
+            ]
             target, met = "", None
             if r is mid and path == "store":
                 target, met = f"<= 3x N={n0}", sync["seconds"] <= 3 * sync0["seconds"]

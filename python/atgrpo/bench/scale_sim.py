@@ -71,6 +71,8 @@ class ActorRecord:
     lease_s: list[float] = field(default_factory=list)
     """Round trip of each WorkRequest answered with a unit."""
     holds: dict[str, float] = field(default_factory=dict)
+    starts: dict[str, float] = field(default_factory=dict)
+    """version -> monotonic time the actor began fetching it (it had just leased a unit naming it)."""
     """version -> monotonic time the actor held it (checked whole)."""
     units: int = 0
     samples_sent: int = 0
@@ -142,6 +144,7 @@ def _actor(spec: SimSpec, record: ActorRecord) -> None:
             record.lease_s.append(time.monotonic() - t0)
             for policy, version in reply.versions.items():
                 if held.get(policy) != version:
+                    record.starts[str(version)] = time.monotonic()
                     if reader is not None:
                         reader.fetch(
                             client, policy, version
