@@ -200,6 +200,18 @@ class WeightsHeader(msgspec.Struct, tag="weights"):
     """Messages in the reply (>= 1); every chunk of a reply says the same."""
 
 
+class WeightsMarker(msgspec.Struct):
+    """Learner rank 0 -> actors, through a shared directory (`transport.weight_store`): the `COMPLETE`
+    file of a version, written last; what a reader may expect of the version's chunk files. JSON, a
+    file and never a wire message (not in `Message`)."""
+
+    policy: str
+    version: int
+    chunks: int
+    nbytes: int
+    """Bytes of the chunk files together (padding included)."""
+
+
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
     WeightsRequest | WeightsHeader
 )

@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 import torch
 
-from atgrpo.messages import WeightsHeader
+from atgrpo.messages import WeightsHeader, WeightsMarker
 from atgrpo.transport.codec import decode
 from atgrpo.transport.errors import ChecksumMismatch, TransportError, WeightsHeaderError
 from atgrpo.transport.tensors import DTYPES, WeightsAssembler
@@ -56,15 +56,6 @@ ALIGN = 64
 aligned for every dtype (`tensors._tensor` would otherwise copy them)."""
 _LEN = struct.Struct("<Q")
 _MAX_HEADER_BYTES = 64 * 1024 * 1024
-
-
-class Marker(msgspec.Struct):
-    """The content of `COMPLETE`: what a reader may expect of the version's directory."""
-
-    policy: str
-    version: int
-    chunks: int
-    nbytes: int
 
 
 def version_dir(
@@ -100,7 +91,7 @@ class WeightStore:
                 total += _write_file(tmp / f"chunk-{i}", frames)
             _write_file(
                 tmp / MARKER,
-                [msgspec.json.encode(Marker(policy, version, len(messages), total))],
+                [msgspec.json.encode(WeightsMarker(policy, version, len(messages), total))],
                 raw=True,
             )
             if (
@@ -185,11 +176,11 @@ class StoreReader:
         header, tensors = got.result()
         return header, tensors
 
-    def _marker(self, folder: Path) -> Marker | None:
+    def _marker(self, folder: Path) -> WeightsMarker | None:
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
-                return msgspec.json.decode((folder / MARKER).read_bytes(), type=Marker)
+                return msgspec.json.decode((folder / MARKER).read_bytes(), type=WeightsMarker)
             except FileNotFoundError:
                 pass
             except (OSError, msgspec.DecodeError) as exc:
@@ -305,4 +296,4 @@ def _write_file(path: Path, frames: list[Any], raw: bool = False) -> int:
     return at
 
 
-__all__ = ["MARKER", "Marker", "StoreReader", "WeightStore", "version_dir"]
+__all__ = ["MARKER", "StoreReader", "WeightStore", "version_dir"]
