@@ -16,7 +16,7 @@ real client. This process plays the learner: per step it publishes a version, op
 3. weights from the store: one version of `weights_mb` written once to a `WeightStore`
    (`transport.weights_store`), the actors reading it there.
 
-At the largest N the hub thread is sampled every `SAMPLE_S` (its Python stack) to say where its time
+At the largest N the hub thread is sampled every `scale_probes.SAMPLE_S` (its Python stack) to say where its time
 goes. The machine is shared and small: every figure is read beside the N = smallest one of the same
 run (the ratio), and the simulated actors share the hub's cores, so the hub's figures at large N
 include their cost too (said in the report). The cluster model (`scale_model.py`) turns the
@@ -33,15 +33,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from atgrpo.bench import scale_model
 from atgrpo.bench.report import BenchRow
+from atgrpo.bench.scale_probes import (
+    Sampler,
+    TimedHub,
+    hub_thread_cpu,
+    process_cpu,
+    rss,
+    wait_for_actors,
+)
+from atgrpo.bench.scale_report import SUITE, print_profile, rows_of
 from atgrpo.bench.scale_sim import (
     POLICY,
     RESPONSE_TOKENS,
@@ -51,18 +58,15 @@ from atgrpo.bench.scale_sim import (
     K,
     SimSpec,
 )
-from atgrpo.learner.hub import Hub
 from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.transport.endpoints import HubEndpoint
 from atgrpo.transport.keys import generate_keys
 from atgrpo.transport.weight_store import WeightStore
 
-SUITE = "scale"
 UNITS_PER_ACTOR = 2
 """Units per actor in a weight-sync round: every actor is all but sure to lease one naming the new
 version (a connection holds one unit at a time)."""
-SAMPLE_S = 0.005
 ACTORS_PER_WORKER = 128
 DETAIL_JSON = Path("bench-results") / "scale-detail.json"
 
@@ -90,102 +94,6 @@ FULL = Settings(
 QUICK = Settings(
     (2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1
 )
-
-
-class _TimedHub(Hub):
-    """The learner's hub, with the CPU seconds its thread spends per message kind and on lease upkeep
-    counted (thread CPU time, not wall time: other agents' load on the machine does not inflate it)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.handle_s: dict[str, list[float]] = defaultdict(list)
-        self.upkeep_s = 0.0
-
-    def _handle_safely(self, peer, msg):
-        t0 = time.thread_time()
-        try:
-            return super()._handle_safely(peer, msg)
-        finally:
-            self.handle_s[type(msg).__name__].append(time.thread_time() - t0)
-
-    def _expire_leases(self) -> None:
-        t0 = time.thread_time()
-        super()._expire_leases()
-        self.upkeep_s += time.thread_time() - t0
-
-
-class _Sampler(threading.Thread):
-    """Resident memory of this process, and (when `profile`) the hub thread's stack, every `SAMPLE_S`."""
-
-    def __init__(self, hub_thread: threading.Thread, profile: bool) -> None:
-        super().__init__(daemon=True)
-        self.hub_thread = hub_thread
-        self.profile = profile
-        self.peak_rss = 0
-        self.leaf: Counter[str] = Counter()
-        self.own: Counter[str] = Counter()
-        self.samples = 0
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.wait(SAMPLE_S):
-            self.peak_rss = max(self.peak_rss, _rss())
-            frame = (
-                sys._current_frames().get(self.hub_thread.ident or -1)
-                if self.profile
-                else None
-            )
-            if frame is None:
-                continue
-            self.samples += 1
-            self.leaf[_where(frame)] += 1
-            while frame is not None and "atgrpo" not in frame.f_code.co_filename:
-                frame = frame.f_back
-            if frame is not None:
-                self.own[_where(frame)] += 1
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-
-def _wait_for_actors(
-    hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with hub._lock:
-            joined = len(hub.actors)
-        if joined >= n:
-            return
-        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(
-                f"atgrpo-bench scale: {joined} of {n} simulated actors said Hello within {timeout_s:.0f} s"
-            )
-        time.sleep(0.05)
-
-
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def _hub_thread_cpu(hub: Hub) -> float:
-    """CPU seconds the hub's serve thread has used (Linux: its /proc stat, in clock ticks)."""
-    tid = hub._thread.native_id
-    with open(f"/proc/self/task/{tid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss() -> int:
-    """Resident bytes of this process."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _where(frame) -> str:
-    return f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}"
 
 
 def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
@@ -271,7 +179,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     keys = generate_keys(root / "keys")
     store_dir = root / "store"
     endpoint = HubEndpoint("tcp://127.0.0.1:*", curve_keys=keys)
-    hub = _TimedHub(
+    hub = TimedHub(
         endpoint,
         VersionLedger(run_id, {POLICY: 0}),
         limits=_limits(),
@@ -279,12 +187,12 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     )
     hub.publish(POLICY, 0, _weights(s.step_mb, 0))
     hub.start()
-    base_rss = _rss()
-    sampler = _Sampler(hub._thread, profile)
+    base_rss = rss()
+    sampler = Sampler(hub._thread, profile)
     sampler.start()
     cpu0, wall0 = os.times(), time.monotonic()
     procs = _start_workers(n, endpoint.address, keys, run_id, s.delay_s, store_dir)
-    _wait_for_actors(
+    wait_for_actors(
         hub, n, procs
     )  # their start (imports, CURVE handshakes) is not the hub's speed
     published: dict[int, float] = {}
@@ -294,7 +202,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     store = WeightStore(store_dir, run_id, keep_versions=2)
     try:
         hub.store = store
-        step_cpu0 = _hub_thread_cpu(hub)
+        step_cpu0 = hub_thread_cpu(hub)
         t_steps = time.monotonic()
         for step in range(steps):
             version += 1
@@ -307,7 +215,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
             step_walls.append(time.monotonic() - t0)
         steps_s = time.monotonic() - t_steps
         reissued["steps"] = hub.counters["units_reassigned"]
-        step_cpu = _hub_thread_cpu(hub) - step_cpu0
+        step_cpu = hub_thread_cpu(hub) - step_cpu0
         steps_rss = sampler.peak_rss
         phases = {}
         for path in ("hub", "store"):
@@ -317,7 +225,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
                 hub.metrics()["transport/weights_bytes"]
                 + hub.counters["weights_store_bytes"]
             )
-            cpu_before = _cpu()
+            cpu_before = process_cpu()
             published[version] = time.monotonic()
             hub.publish(POLICY, version, _weights(s.weights_mb, version))
             rid = hub.open_round(
@@ -332,7 +240,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
                 hub.metrics()["transport/weights_bytes"]
                 + hub.counters["weights_store_bytes"]
             )
-            phases[path] = (version, after - before, _cpu() - cpu_before)
+            phases[path] = (version, after - before, process_cpu() - cpu_before)
             reissued[path] = hub.counters["units_reassigned"] - sum(reissued.values())
         cpu1, wall1 = os.times(), time.monotonic()
     finally:
@@ -440,173 +348,6 @@ def measure(s: Settings) -> list[dict]:
     return results
 
 
-def rows_of(results: list[dict], s: Settings) -> list[BenchRow]:
-    ref = results[0]
-    n0 = ref["n"]
-    rows: list[BenchRow] = []
-    at = {r["n"]: r for r in results}
-    mid = at.get(128) or results[min(len(results) - 1, 2)]
-    big = results[-1]
-    for r in results:
-        n = r["n"]
-        tag = f"N={n}"
-        rows += [
-            BenchRow(
-                SUITE,
-                f"lease latency p50, {tag}",
-                r["lease_p50_ms"],
-                "ms",
-                f"N={n0}",
-                ref["lease_p50_ms"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"lease latency p99, {tag}",
-                r["lease_p99_ms"],
-                "ms",
-                f"N={n0}",
-                ref["lease_p99_ms"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"samples taken in, {tag}",
-                r["samples_per_s"],
-                "samples/s",
-                f"N={n0}",
-                ref["samples_per_s"],
-                True,
-            ),
-            BenchRow(
-                SUITE,
-                f"hub CPU, {tag}",
-                r["hub_cpu_cores"],
-                "cores",
-                f"N={n0}",
-                ref["hub_cpu_cores"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"hub memory growth, steps, {tag}",
-                r["hub_rss_mb"],
-                "MB",
-                f"N={n0}",
-                ref["hub_rss_mb"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"hub memory growth, sync from the hub, {tag}",
-                r["hub_rss_sync_mb"],
-                "MB",
-                f"N={n0}",
-                ref["hub_rss_sync_mb"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"hub thread busy, steps, {tag}",
-                100 * r["hub_thread_busy"],
-                "% of wall",
-                f"N={n0}",
-                100 * ref["hub_thread_busy"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"hub thread CPU per step, {tag}",
-                r["hub_thread_cpu_per_step_s"],
-                "s",
-                f"N={n0}",
-                ref["hub_thread_cpu_per_step_s"],
-                False,
-            ),
-            BenchRow(
-                SUITE,
-                f"units reissued during the sync from the hub, {tag}",
-                r["units_reissued_by_phase"]["hub"],
-                "units",
-                "through the store",
-                r["units_reissued_by_phase"]["store"],
-                False,
-            ),
-        ]
-        for path in ("hub", "store"):
-            sync, sync0 = r[f"sync_{path}"], ref[f"sync_{path}"]
-            rows += [
-                BenchRow(
-                    SUITE,
-                    f"last actor leased a unit naming it ({path}), {tag}",
-                    sync["last_start_s"],
-                    "s",
-                    f"N={n0}",
-                    sync0["last_start_s"],
-                    False,
-                ),
-                BenchRow(
-                    SUITE,
-                    f"one actor's fetch, p50 ({path}), {tag}",
-                    sync["fetch_p50_s"],
-                    "s",
-                    f"N={n0}",
-                    sync0["fetch_p50_s"],
-                    False,
-                ),
-            ]
-            target, met = "", None
-            if r is mid and path == "store":
-                target, met = f"<= 3x N={n0}", sync["seconds"] <= 3 * sync0["seconds"]
-            rows.append(
-                BenchRow(
-                    SUITE,
-                    f"all {n} hold a new version ({path}), {sync['holders']} fetched",
-                    sync["seconds"],
-                    "s",
-                    f"N={n0}",
-                    sync0["seconds"],
-                    False,
-                    target,
-                    met,
-                )
-            )
-            target, met = "", None
-            if r is mid and path == "store":
-                target, met = (
-                    "<= 4 copies",
-                    sync["bytes_out"] <= 4 * r["one_copy_bytes"],
-                )
-            rows.append(
-                BenchRow(
-                    SUITE,
-                    f"bytes leaving rank 0 per version ({path}), {tag}",
-                    sync["bytes_out"] / r["one_copy_bytes"],
-                    "copies",
-                    "one copy",
-                    1.0,
-                    False,
-                    target,
-                    met,
-                )
-            )
-    bad = big["units_reissued"] + big["units_refused"] + big["samples_refused"]
-    rows.append(
-        BenchRow(
-            SUITE,
-            f"units reissued, units and samples refused, N={big['n']} x {big['steps']} steps",
-            bad,
-            "count",
-            "none",
-            0.0,
-            False,
-            "0",
-            bad == 0,
-        )
-    )
-    return rows
-
-
 def run(quick: bool) -> list[BenchRow]:
     s = QUICK if quick else FULL
     # Each lease the hub takes back is logged; at N=512 from the hub that is hundreds of lines. The
@@ -618,10 +359,10 @@ def run(quick: bool) -> list[BenchRow]:
         flush=True,
     )
     results = measure(s)
-    rows = rows_of(results, s)
+    rows = rows_of(results)
     model = scale_model.predict(results)
     print(scale_model.format_table(model))
-    _print_profile(results[-1])
+    print_profile(results[-1])
     DETAIL_JSON.parent.mkdir(parents=True, exist_ok=True)
     DETAIL_JSON.write_text(
         json.dumps(
@@ -644,26 +385,6 @@ def run(quick: bool) -> list[BenchRow]:
         for m in model["rows"]
     ]
     return rows
-
-
-def _print_profile(r: dict) -> None:
-    prof = r.get("profile")
-    if not prof:
-        return
-    print(
-        f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes"
-    )
-    for name, share in prof["atgrpo"].items():
-        print(f"  {100 * share:5.1f}%  {name}")
-    handled = sorted(r["handle_ms"].items(), key=lambda kv: -kv[1]["total_s"])
-    print(
-        "  per message kind: "
-        + "; ".join(
-            f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms"
-            for k, v in handled
-        )
-    )
-    print(f"  lease upkeep (expiry scan every loop turn): {r['lease_upkeep_s']:.2f} s")
 
 
 if __name__ == "__main__":  # `python -m atgrpo.bench.scale [--quick]`
