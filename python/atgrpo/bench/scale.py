@@ -16,10 +16,10 @@ real client. This process plays the learner: per step it publishes a version, op
 3. weights from the store: one version of `weights_mb` written once to a `WeightStore`
    (`transport.weights_store`), the actors reading it there.
 
-At the largest N the hub thread is sampled every `scale_probes.SAMPLE_S` (its Python stack) to say where its time
+At the largest N the hub thread's Python stack is sampled (`scale_probes`) to say where its time
 goes. The machine is shared and small: every figure is read beside the N = smallest one of the same
 run (the ratio), and the simulated actors share the hub's cores, so the hub's figures at large N
-include their cost too (said in the report). The cluster model (`scale_model.py`) turns the
+include their cost too (said in the report). The table is `scale_report`'s. The cluster model (`scale_model.py`) turns the
 per-N figures into predicted weight-sync times.
 """
 
