@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import msgspec
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
-the first chunk for the whole set, so it is refused at `Hello`."""
+the first chunk for the whole set, so it is refused at `Hello`. 3: `WeightsRequest.chunk` (a v2 hub
+would answer a one-chunk request with the whole reply)."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):
@@ -169,6 +170,9 @@ class WeightsRequest(msgspec.Struct, tag="weights_request"):
     actor_id: str
     policy: str
     version: int
+    chunk: int = -1
+    """-1: the whole reply. Otherwise only that chunk message of it (an actor reading the weights from
+    a shared store, `transport.weight_store`, fetches from the hub the chunks the store failed)."""
 
 
 class TensorMeta(msgspec.Struct, array_like=True):
@@ -194,6 +198,18 @@ class WeightsHeader(msgspec.Struct, tag="weights"):
     """This message's place in the reply, from 0."""
     chunks: int
     """Messages in the reply (>= 1); every chunk of a reply says the same."""
+
+
+class WeightsMarker(msgspec.Struct):
+    """Learner rank 0 -> actors, through a shared directory (`transport.weight_store`): the `COMPLETE`
+    file of a version, written last; what a reader may expect of the version's chunk files. JSON, a
+    file and never a wire message (not in `Message`)."""
+
+    policy: str
+    version: int
+    chunks: int
+    nbytes: int
+    """Bytes of the chunk files together (padding included)."""
 
 
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (

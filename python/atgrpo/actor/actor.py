@@ -43,6 +43,7 @@ from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
 from atgrpo.transport.errors import TransportTimeout
 from atgrpo.transport.security import require_keys
+from atgrpo.transport.weight_store import StoreReader
 from atgrpo.units import unit_seed
 from atgrpo.workflows.factory import make_workflow
 from atgrpo.workflows.base import PolicyHandle
@@ -100,6 +101,8 @@ class Actor:
         self.units_lost = 0
         self.rejoins = 0
         self.sampling = training_sampling(cfg.rollout)
+        self.store = StoreReader(tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s) if tp.weights_store else None
+        """Weights read from the shared store, the hub as the fallback (`transport.weight_store`)."""
 
     def _ask(self, msg):
         reply = self.client.request(msg)
@@ -193,7 +196,10 @@ class Actor:
             handle = self.handles.get(policy)
             if handle is None or handle.engine.version == version:
                 continue
-            _, tensors = self.client.request_weights(policy, version)
+            if self.store is not None:
+                _, tensors = self.store.fetch(self.client, policy, version)
+            else:
+                _, tensors = self.client.request_weights(policy, version)
             handle.engine.load_weights(version, tensors)
         self.sync_s += time.perf_counter() - start
 

@@ -12,6 +12,7 @@
     atgrpo-bench learning report [NAME]  # a published table rebuilt from docs/results/NAME.json
     atgrpo-bench gpu            # the first check on a GPU machine (not in `all`; --device cpu: the same on CPU)
     atgrpo-bench lora           # LoRA per role vs full fine-tuning on SmolLM2: sync bytes, learner and actor memory (not in `all`)
+    atgrpo-bench scale          # the hub against 8..512 simulated actors; weights from the hub vs a shared store (not in `all`)
 
 Prints a table and writes JSON (default `bench-results/<suite>.json`). Timings are medians; the
 machines are shared, so read the ratios, not the absolute numbers.
@@ -37,7 +38,8 @@ SUITES = {
     "memory": "atgrpo.bench.memory",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
-LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu", "lora": "atgrpo.bench.lora"}
+LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu", "lora": "atgrpo.bench.lora",
+        "scale": "atgrpo.bench.scale"}
 """Suites that take many minutes, or need a GPU: run only when named."""
 NOT_RUN = 2
 """Exit status of a suite that cannot run on this machine (it prints why)."""

@@ -315,6 +315,16 @@ class TransportSection(Section):
     insecure: bool = False
     """Allow a tcp hub or actor on a non-loopback address without `curve_keys`: anyone who can reach
     the port can then fetch the weights and submit samples. Logged as a warning."""
+    weights_store: str | None = None
+    """A directory learner rank 0 and every actor see (a shared filesystem on a cluster): rank 0
+    writes each version there once, marker last, and actors read it from there, so the bytes
+    leaving rank 0 per version do not grow with the number of actors (`transport.weight_store`,
+    docs/system.md). Every chunk is checked as the hub's would be; a chunk that fails comes from the
+    hub. The hub hears nothing from an actor while it reads, so `unit_timeout_s` must cover reading
+    one version. None: every actor fetches from the hub (the default, right for one host)."""
+    weights_store_wait_s: float = Field(default=10.0, ge=0.0)
+    """Seconds an actor waits for a version's marker in `weights_store` (a shared filesystem may show
+    it late) before it fetches that version from the hub instead."""
 
 
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")

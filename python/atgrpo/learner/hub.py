@@ -43,6 +43,7 @@ from atgrpo.learner.ledger import VersionLedger
 from atgrpo.messages import Sample
 from atgrpo.transport.endpoints import HubEndpoint
 from atgrpo.transport.tensors import weights_to_messages
+from atgrpo.transport.weight_store import WeightStore
 from atgrpo.units import cut_units
 
 log = logging.getLogger("atgrpo.hub")
@@ -63,6 +64,7 @@ class Hub(HubLoop):
         keep_versions: int = 1,
         retry_after_s: float = 0.05,
         max_refused_units: int = MAX_REFUSED_UNITS,
+        store: WeightStore | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
@@ -75,6 +77,8 @@ class Hub(HubLoop):
         """Seconds a lease lasts without progress (`hub_rounds`)."""
         self.keep_versions = max(1, keep_versions)
         self.retry_after_s = retry_after_s
+        self.store = store
+        """Where `publish` also writes each version for actors to read (`transport.weights_store`)."""
         self.counters: Counter[str] = Counter({"units_refused": 0, "samples_dropped": 0, "peers_cut_off": 0})
         self.rejected: Counter[str] = Counter()
         """Intake refusals by reason (the ledger counts its own)."""
@@ -104,8 +108,19 @@ class Hub(HubLoop):
         """Make `policy` at `version` fetchable and current: from now on units name it, and the
         ledger admits samples against it. Versions beyond `keep_versions` are dropped. The one place
         a version changes while actors run. `tensors` must not be written to afterwards (their
-        memory is sent as it is, `hub_weights`)."""
+        memory is sent as it is, `hub_weights`). With a `store`, the version is written there first
+        (`transport.weight_store`); the hub still serves it, whole or by chunk, as the fallback."""
         messages = weights_to_messages(policy, version, tensors)  # checksums once, reused for every actor
+        if self.store is not None:
+            # Before the version becomes current: a unit that names it finds its marker written.
+            try:
+                written = self.store.write(policy, version, messages)
+            except OSError as exc:  # a full or lost filesystem: actors fetch this version from the hub
+                log.error("weight store: %r v%d not written (%s); actors fetch it from the hub", policy, version, exc)
+                self.counters["weights_store_failed"] += 1
+            else:
+                self.counters["weights_store_bytes"] += written
+                self.counters["weights_store_versions"] += 1
         with self._lock:
             self.ledger.set_version(policy, version)
             self._weights.put(policy, version, messages)

@@ -41,14 +41,20 @@ class WeightsCache:
             del versions[old]
 
     def reply(self, req: WeightsRequest) -> Messages | Refused:
-        """The reply to `req` (version -1: the newest held), or `Refused` naming what is held."""
+        """The reply to `req` (version -1: the newest held; `chunk` >= 0: that chunk message only), or
+        `Refused` naming what is held."""
         versions = self._replies.get(req.policy)
         if not versions:
             return Refused(f"no weights published for policy {req.policy!r}")
         version = max(versions) if req.version < 0 else req.version
         if version not in versions:
             return Refused(f"policy {req.policy!r} v{req.version} is not held (have {sorted(versions)})")
-        return versions[version]
+        messages = versions[version]
+        if req.chunk < 0:
+            return messages
+        if req.chunk >= len(messages):
+            return Refused(f"policy {req.policy!r} v{version} has {len(messages)} chunks, not chunk {req.chunk}")
+        return messages[req.chunk : req.chunk + 1]  # one chunk: a weight-store reader's fallback
 
 
 class Transfers:

@@ -46,6 +46,7 @@ from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
 from atgrpo.placement import pin
 from atgrpo.transport.endpoints import HubEndpoint, private_ipc_address
 from atgrpo.transport.security import require_keys
+from atgrpo.transport.weight_store import WeightStore
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -118,8 +119,9 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     require_keys(bind, tp.curve_keys, tp.insecure, "hub")
     endpoint = HubEndpoint(bind, max_message_bytes=tp.max_message_bytes, curve_keys=tp.curve_keys)
     ledger = VersionLedger(cfg.run.name, dict(state.versions), cfg.train.max_staleness)
+    store = WeightStore(tp.weights_store, cfg.run.name, cfg.train.max_staleness + 2) if tp.weights_store else None
     hub = Hub(endpoint, ledger, limits=intake_limits(cfg, trainer), unit_timeout_s=cfg.transport.unit_timeout_s,
-              keep_versions=cfg.train.max_staleness + 1)
+              keep_versions=cfg.train.max_staleness + 1, store=store)
     hub.start()
     emit(HubReady(hub.endpoint.address))
     restored = _read_untaken(checkpoint) if checkpoint is not None else []

@@ -321,6 +321,17 @@ class ActorClient:
             )
         return header, tensors
 
+    def request_chunk(self, policy: str, version: int, chunk: int, timeout_s: float | None = None) -> list[zmq.Frame]:
+        """One chunk message of the weights of `policy` at `version` (>= 0), unchecked: the caller
+        feeds it to its `WeightsAssembler` (`weight_store.StoreReader`, for a chunk the store failed).
+        Raises `UnexpectedReply` when the hub answers anything else (e.g. `Refused`)."""
+        request = WeightsRequest(actor_id=self.actor_id, policy=policy, version=version, chunk=chunk)
+        frames = self._exchange(request, self._timeout(timeout_s), what=f"chunk {chunk} of the weights of {policy!r} v{version}")
+        if len(frames) == 1:
+            reply = decode(frames[0].buffer, max_bytes=self.max_message_bytes)
+            raise UnexpectedReply(f"weights_request for chunk {chunk} of {policy!r} v{version} answered with {reply!r}")
+        return frames
+
     def close(self) -> None:
         """Close the socket (linger 0). Idempotent."""
         if self._sock is not None:

@@ -151,8 +151,10 @@ class WeightsAssembler:
     repeated or reordered chunks, a changed total); frame count (`FrameCountMismatch`); each tensor's
     frame index and a name unique in the whole reply (`WeightsHeaderError`); dtype in `DTYPES`
     (`UnsupportedDtype`); byte size == prod(shape) * itemsize (`ShapeMismatch`); crc32, when `verify`
-    and the sender set one (`ChecksumMismatch`). After an error the assembler is spent: the caller
-    drops it (and whatever of the reply is still on its way).
+    and the sender set one (`ChecksumMismatch`). A chunk that fails a check changes nothing: the
+    assembler still expects that chunk, so a caller with a second source may add another copy of it
+    (`weight_store.StoreReader` falls back to the hub); a caller with one source drops the assembler
+    (and whatever of the reply is still on its way).
     """
 
     def __init__(self, *, verify: bool = True, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> None:
