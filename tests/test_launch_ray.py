@@ -105,3 +105,20 @@ def test_plan_of_shared_gpus_is_checked_before_placement() -> None:
         ray_plan(small, 80 * 10**9)
     whole = small.model_copy(update={"launch": small.launch.model_copy(update={"ray_actor_gpus": 1.0})})
     assert [ld.gpu for ld in ray_plan(whole, 80 * 10**9)] == [0, 1]
+
+
+def test_a_stale_record_of_a_gone_cluster_starts_a_local_instance(monkeypatch) -> None:
+    ray = pytest.importorskip("ray")
+    import ray._private.services as services
+
+    from atgrpo.launch import ray_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # Ray's record of the last cluster started here names a head that is gone (nothing listens on 9).
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", lambda addr: None if addr == "local" else "127.0.0.1:9")
+    asked = {}
+    monkeypatch.setattr(ray, "init", lambda address=None, **kw: asked.update(address=address, **kw))
+    conn = ray_cluster.connect(cfg(), bundles(cfg(), 1, 2))
+    assert asked["address"] == "local" and asked["num_cpus"] >= 3 and conn.started_here
+    with pytest.raises(LaunchError, match="127.0.0.1:9 cannot be reached"):  # named by the user: an error
+        ray_cluster.connect(cfg('launch.ray_address="127.0.0.1:9"', "launch.ray_connect_timeout_s=2"), bundles(cfg(), 1, 2))

@@ -79,6 +79,12 @@ def connect(cfg: RunConfig, group: list[Bundle]) -> Connection:
         target = canonicalize_bootstrap_address(address)  # what ray.init will join; None: a new local instance
     except Exception as exc:  # noqa: BLE001 - a malformed address, or "auto" with no cluster running
         raise LaunchError(f"launch.ray_address = {address!r}: {exc}") from None
+    if target is not None and address is None and not os.environ.get("RAY_ADDRESS"):
+        # Found through Ray's record of the last cluster started on this machine: it may be gone.
+        try:
+            _probe(target, min(timeout, 5.0))
+        except LaunchError:
+            address, target = "local", None
     if target is not None:
         _probe(target, timeout)
     # In this thread, the main one: Ray ties the GCS and raylet it starts to the thread that forked
