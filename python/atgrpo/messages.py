@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import msgspec
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
-the first chunk for the whole set, so it is refused at `Hello`."""
+the first chunk for the whole set, so it is refused at `Hello`. 3: `UnitProgress` (a v2 hub would
+refuse it and the actor would drop its unit, so the pair is refused at `Hello` instead)."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):
@@ -163,6 +164,22 @@ class SampleAck(msgspec.Struct, tag="ack"):
     rejected: int
 
 
+class UnitProgress(msgspec.Struct, tag="unit_progress"):
+    """Actor -> hub: still rolling out `unit_id` (one of its generate calls has just finished).
+    The unit's heartbeat: it renews the lease only when the unit is leased to this connection and
+    this actor; otherwise it is refused and counted (`hub/progress_refused`) and renews nothing.
+    Answered by `ProgressAck`."""
+
+    actor_id: str
+    unit_id: int
+
+
+class ProgressAck(msgspec.Struct, tag="progress_ack"):
+    """Hub -> actor: the lease of `unit_id` runs for another `transport.unit_timeout_s` from now."""
+
+    unit_id: int
+
+
 class WeightsRequest(msgspec.Struct, tag="weights_request"):
     """Actor -> hub: send weights of `policy` at `version` (-1: the newest published)."""
 
@@ -197,7 +214,7 @@ class WeightsHeader(msgspec.Struct, tag="weights"):
 
 
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
-    WeightsRequest | WeightsHeader
+    UnitProgress | ProgressAck | WeightsRequest | WeightsHeader
 )
 
 
