@@ -5,9 +5,13 @@ published set holds only the first name (the one vLLM's loader keeps), the torch
 other from it, and the set's bytes are the model's once. Under ZeRO-3 (stood in here: a collective
 export) a rank that does not publish joins the gather but copies nothing and compares no replica;
 `Trainer.save` exports on the rank that writes the model folder (and under ZeRO-3 on every rank,
-copying on that one only); the torch backend's `learner.pt` is written by one rank per host."""
+copying on that one only); the torch backend's `learner.pt` is written by one rank per host.
+The publish and the engine run on `ATGRPO_TEST_DEVICE` (default cpu; gpu_check.sh sets cuda: the
+export then goes through pinned host buffers)."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -20,14 +24,15 @@ from atgrpo.models.tied import tied_aliases, without_aliases
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 
+DEVICE = os.environ.get("ATGRPO_TEST_DEVICE", "cpu")
 TINY = ["policies.shared.tiny.hidden_size=32", "policies.shared.tiny.intermediate_size=64", "policies.shared.tiny.num_layers=1",
         "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1", "warmstart.steps=0"]
 
 
-def _model(tmp_path):
-    cfg = load_config(None, [f"run.out_dir={str(tmp_path)!r}", *TINY])
+def _model(tmp_path, device: str = "cpu"):
+    cfg = load_config(None, [f"run.out_dir={str(tmp_path)!r}", f"train.device={device!r}", *TINY])
     build_tiny_model(cfg.policies["shared"].tiny, policy_dir(cfg, "shared"))
-    return cfg, load_model(policy_dir(cfg, "shared"))
+    return cfg, load_model(policy_dir(cfg, "shared"), device=device)
 
 
 def _backend(cfg, model):
@@ -35,9 +40,10 @@ def _backend(cfg, model):
 
 
 def test_a_published_set_holds_a_tied_tensor_once_under_its_first_name(tmp_path):
-    cfg, model = _model(tmp_path)
+    cfg, model = _model(tmp_path, DEVICE)
     assert tied_aliases(model) == {"lm_head.weight": "model.embed_tokens.weight"}
     weights = _backend(cfg, model).export_weights()
+    assert all(t.device.type == "cpu" for t in weights.values())
     assert "model.embed_tokens.weight" in weights and "lm_head.weight" not in weights
     assert set(weights) == set(model.state_dict()) - {"lm_head.weight"}
     own = sum(p.numel() for p in model.parameters())  # each tensor once (parameters() dedups)
@@ -46,12 +52,13 @@ def test_a_published_set_holds_a_tied_tensor_once_under_its_first_name(tmp_path)
 
 def test_the_torch_engine_takes_a_published_set_and_its_tied_head_follows(tmp_path):
     cfg, model = _model(tmp_path)
-    engine = TorchEngine(load_model(policy_dir(cfg, "shared")), policy="shared", stop_token_ids=[0], pad_token_id=0)
+    engine = TorchEngine(load_model(policy_dir(cfg, "shared"), device=DEVICE), policy="shared", stop_token_ids=[0],
+                         pad_token_id=0)
     new = {k: v + 0.5 for k, v in without_aliases(model, model.state_dict()).items()}
     engine.load_weights(1, new)
     state = engine.model.state_dict()
-    assert torch.equal(state["model.embed_tokens.weight"], new["model.embed_tokens.weight"])
-    assert torch.equal(state["lm_head.weight"], new["model.embed_tokens.weight"])
+    assert torch.equal(state["model.embed_tokens.weight"].cpu(), new["model.embed_tokens.weight"])
+    assert torch.equal(state["lm_head.weight"].cpu(), new["model.embed_tokens.weight"])
     assert engine.version == 1
 
 
