@@ -37,7 +37,7 @@ def pin(cpus: list[int], what: str) -> int | None:
 
 
 
-def learner_gpus(cfg: "RunConfig") -> list[int]:
+def learner_gpus(cfg: RunConfig) -> list[int]:
     """The learner ranks' GPUs as the host numbers them."""
     if cfg.launch.learner_devices:
         return list(cfg.launch.learner_devices)
@@ -45,7 +45,7 @@ def learner_gpus(cfg: "RunConfig") -> list[int]:
     return [int(index) if index else 0]
 
 
-def actor_gpus(cfg: "RunConfig") -> list[int]:
+def actor_gpus(cfg: RunConfig) -> list[int]:
     """Each actor's GPU as the host numbers it."""
     if cfg.launch.actor_devices:
         return list(cfg.launch.actor_devices)
@@ -53,7 +53,7 @@ def actor_gpus(cfg: "RunConfig") -> list[int]:
     return [int(index) if index else 0] * cfg.launch.actors
 
 
-def colocated(cfg: "RunConfig") -> bool:
+def colocated(cfg: RunConfig) -> bool:
     """Some actor computes on a GPU a learner rank uses."""
     if not (cfg.train.device.startswith("cuda") and cfg.rollout.device.startswith("cuda")):
         return False

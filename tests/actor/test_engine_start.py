@@ -5,6 +5,7 @@ learner waits for it), not when it joins."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -62,7 +63,7 @@ def _starts(tmp_path: Path, gpus: list[str]) -> list[tuple[str, float, float]]:
 def test_engines_on_one_gpu_start_one_at_a_time(tmp_path: Path):
     spans = sorted(_starts(tmp_path, ["3", "3", "3"]), key=lambda s: s[1])
     assert len(spans) == 3
-    for (_, _, end), (_, began, _) in zip(spans, spans[1:]):
+    for (_, _, end), (_, began, _) in itertools.pairwise(spans):
         assert began >= end  # the next start began only after the previous one ended
 
 
@@ -70,9 +71,11 @@ def test_another_gpus_start_does_not_take_this_gpus_lock(tmp_path: Path):
     with gpu_start_lock(tmp_path, "0", timeout_s=5.0):
         with gpu_start_lock(tmp_path, "1", timeout_s=0.5, poll_s=0.01) as path:  # would raise if it waited
             assert path.name.endswith("gpu1.lock")
-        with pytest.raises(ActorError, match=r"GPU 0: pid \d+ .* has been starting one there"):
-            with gpu_start_lock(tmp_path, "0", timeout_s=0.2, poll_s=0.01):
-                pass
+        with (
+            pytest.raises(ActorError, match=r"GPU 0: pid \d+ .* has been starting one there"),
+            gpu_start_lock(tmp_path, "0", timeout_s=0.2, poll_s=0.01),
+        ):
+            pass
 
 
 def test_only_vllm_on_a_gpu_takes_the_lock(tmp_path: Path, monkeypatch):

@@ -6,7 +6,7 @@ other from it, and the set's bytes are the model's once. Under ZeRO-3 (stood in 
 export) a rank that does not publish joins the gather but copies nothing and compares no replica;
 `Trainer.save` exports on the rank that writes the model folder (and under ZeRO-3 on every rank,
 copying on that one only); the torch backend's `learner.pt` is written by one rank per host.
-The publish and the engine run on `ATGRPO_TEST_DEVICE` (default cpu; gpu_check.sh sets cuda: the
+The publish and the engine run on `ATGRPO_TEST_DEVICE` (default cpu; a GPU check sets cuda: the
 export then goes through pinned host buffers)."""
 
 from __future__ import annotations

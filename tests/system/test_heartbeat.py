@@ -5,7 +5,7 @@ hold is refused, counted, and extends no lease.
 
 The actor tests run a real `Actor` (tiny model, torch engine) whose engine is slowed down so that a
 greedy (evaluation) unit, which streams no samples, takes several times its lease. The engine runs
-on `ATGRPO_TEST_DEVICE` (default cpu; the GPU check, gpu_check.sh, sets cuda).
+on `ATGRPO_TEST_DEVICE` (default cpu; a GPU check sets cuda).
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ VLLM_SLEEP_ONE_ENGINE = (
 """Why several vLLM engines with sleep mode in one actor are refused (`check_engines`)."""
 
 
-def engines_per_actor(cfg: "RunConfig") -> int:
+def engines_per_actor(cfg: RunConfig) -> int:
     """Engines one actor holds: its full policies, plus one per LoRA group."""
     groups = lora_bases(cfg)
     in_group = {p for g in groups for p in g}
     return len([p for p in cfg.policies if p not in in_group]) + len(groups)
 
 
-def check_engines(cfg: "RunConfig") -> None:
+def check_engines(cfg: RunConfig) -> None:
     """ValueError for engine settings an actor cannot run (called by `RunConfig`'s validation)."""
     ro = cfg.rollout
     sleeping = ro.engine == "vllm" and ro.vllm_sleep_when_idle and ro.device.startswith("cuda")

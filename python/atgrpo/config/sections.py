@@ -201,7 +201,9 @@ class RolloutSection(Section):
     vllm_sleep_when_idle: bool = False
     """vLLM engines on a GPU sleep while their actor waits for work (level 1: weights copied to
     host memory, KV cache freed) and wake for its next unit, so a learner on the same GPU trains in
-    the memory they free (colocated placement, docs/gpus.md). Ignored on CPU."""
+    the memory they free (colocated placement, docs/gpus.md). Ignored on CPU. On a GPU an actor
+    then holds one engine (one full policy or one LoRA group): vLLM's sleep mode allows one engine
+    per process (`config.engines`)."""
 
     @field_validator("device")
     @classmethod

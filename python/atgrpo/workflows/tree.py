@@ -22,7 +22,8 @@ Invariants:
   the lowest branch; `selection = "random"` draws uniformly from `np.random.default_rng(seed)`, envs
   in ascending order) is carried into all K branches. Parallel mode: K independent episodes, no
   carrying. Greedy units (evaluation): K = 1, argmax decoding, no samples kept.
-- Generate call c (counted from 1 over the whole unit) gets seed `engine_seed(seed, c)`.
+- Generate call c (counted from 1 over the whole unit) gets seed `engine_seed(seed, c)`; after each
+  call `on_progress` (the actor's heartbeat to the hub) is called, before the env step.
 - A role whose step is simulated (`Outcomes.episode` false: the games' tool agent) earns rewards for
   its samples but leaves returns, turns, `done` and success to the roles that act on the episode.
 - Trajectory grouping: once the unit ends, every sample of branch k gets the branch's return and
