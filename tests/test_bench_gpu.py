@@ -4,8 +4,10 @@ shape) and the two-rank worker over gloo."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +29,37 @@ def test_a_device_that_is_no_device_is_a_clear_error(capsys, tmp_path, device):
     err = capsys.readouterr().err
     assert f"--device = {device!r}" in err and "Traceback" not in err
     assert not (tmp_path / "gpu.json").exists()
+
+
+def test_a_gpu_this_machine_does_not_have_is_one_line(monkeypatch, capsys, tmp_path):
+    """Stand-in CUDA facts: one GPU visible, `--device cuda:3` asked for."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert cli.main(["gpu", "--quick", "--device", "cuda:3", "--json", str(tmp_path / "gpu.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs GPU 3" in err and "sees 1 GPU(s)" in err and "Traceback" not in err
+
+
+def test_the_vllm_lines_say_what_they_check(monkeypatch, capsys, tmp_path):
+    """The parent's side of the vLLM check, on a stand-in child's results (the child itself runs on
+    vLLM's CPU build in `test_the_vllm_child_runs_on_the_cpu_build`)."""
+    from atgrpo.bench.gpu_vllm import CHECKS
+
+    result = {"start_s": 40.0, "runner": "V2", "mismatch": {"mean": 2e-4, "max": 0.01, "tokens": 100},
+              "reload": {"seconds": 0.5, "changed": 4, "prompts": 4, "tensors": 3},
+              "restored": {"same": 4, "prompts": 4}, "sleep": {"freed_gb": 30.0, "same": 4, "prompts": 4}}
+
+    def child(cmd, **kwargs):
+        Path(cmd[4]).write_text(json.dumps(result))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu.subprocess, "run", child)
+    rows = gpu._vllm_rows(tmp_path, "cuda", "tiny", quick=True)
+    out = capsys.readouterr().out
+    assert [r.extra["checks"] for r in rows] == [CHECKS[k] for k in ("runner", "mismatch", "reload", "restored", "sleep")]
+    assert rows[0].name.startswith("vLLM model runner: V2") and rows[1].target_met
+    assert "4/4 greedy outputs changed" in rows[2].name and "4/4 outputs as before" in rows[4].name
+    assert all(f"  {k}: {v}" in out for k, v in CHECKS.items())
 
 
 def test_the_check_runs_on_the_cpu(smollm2):
@@ -61,3 +94,16 @@ def test_two_ranks_train_equal_replicas(tmp_path, device):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("checksums") == 2
+
+
+def test_the_vllm_child_runs_on_the_cpu_build(smollm2, tmp_path):
+    """`atgrpo-bench gpu`'s vLLM check on vLLM's CPU build (V1 runner, no sleep): the published set
+    (SmolLM2's tied head once) reloads, changes the outputs, and the originals bring them back."""
+    out = tmp_path / "vllm.json"
+    done = subprocess.run([sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(smollm2), str(out), "--device", "cpu", "--quick"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["runner"] == "V1" and got["mismatch"]["mean"] <= gpu.MISMATCH_BOUND
+    assert got["reload"]["changed"] > 0 and got["restored"]["same"] == got["restored"]["prompts"]
+    assert "sleep" not in got  # the CPU worker does not sleep

@@ -142,3 +142,18 @@ def test_an_actor_that_cannot_be_placed_stops_the_run_and_leaves_no_learner(tmp_
     if pid_file.exists():  # it may have been stopped before it wrote its pid
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid_file.read_text()), 0)
+
+
+def test_torchrun_gives_the_ranks_the_launchers_grace_after_a_signal() -> None:
+    """torchrun kills its ranks 30 s after it forwards a signal unless told otherwise; the learner
+    needs minutes to checkpoint and evaluate (`GRACE_S`). The flag is read by torch's own parser."""
+    from torch.distributed.run import get_args_parser
+
+    from atgrpo.launch.local import GRACE_S, TORCHRUN_SHUTDOWN_S, learner_command
+
+    cmd = learner_command(["python", "-m", "atgrpo.cli.learner", "--config", "x.toml"], 4)
+    assert f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}" in cmd
+    args = get_args_parser().parse_args(cmd[3:])
+    assert args.shutdown_timeout == TORCHRUN_SHUTDOWN_S and args.nproc_per_node == "4"
+    assert args.module and args.training_script == "atgrpo.cli.learner" and args.training_script_args == ["--config", "x.toml"]
+    assert 300 <= TORCHRUN_SHUTDOWN_S < GRACE_S  # minutes, and torchrun's kill comes before the launcher's

@@ -15,7 +15,8 @@ import msgspec
 PROTOCOL_VERSION = 3
 """2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
 the first chunk for the whole set, so it is refused at `Hello`. 3: `WeightsRequest.chunk` (a v2 hub
-would answer a one-chunk request with the whole reply)."""
+would answer a one-chunk request with the whole reply) and `UnitProgress` (a v2 hub would refuse it
+and the actor would drop its unit); both refused at `Hello` instead."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):
@@ -164,6 +165,22 @@ class SampleAck(msgspec.Struct, tag="ack"):
     rejected: int
 
 
+class UnitProgress(msgspec.Struct, tag="unit_progress"):
+    """Actor -> hub: still rolling out `unit_id` (one of its generate calls has just finished).
+    The unit's heartbeat: it renews the lease only when the unit is leased to this connection and
+    this actor; otherwise it is refused and counted (`hub/progress_refused`) and renews nothing.
+    Answered by `ProgressAck`."""
+
+    actor_id: str
+    unit_id: int
+
+
+class ProgressAck(msgspec.Struct, tag="progress_ack"):
+    """Hub -> actor: the lease of `unit_id` runs for another `transport.unit_timeout_s` from now."""
+
+    unit_id: int
+
+
 class WeightsRequest(msgspec.Struct, tag="weights_request"):
     """Actor -> hub: send weights of `policy` at `version` (-1: the newest published)."""
 
@@ -213,7 +230,7 @@ class WeightsMarker(msgspec.Struct):
 
 
 Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
-    WeightsRequest | WeightsHeader
+    UnitProgress | ProgressAck | WeightsRequest | WeightsHeader
 )
 
 

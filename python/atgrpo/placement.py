@@ -1,4 +1,5 @@
-"""Where a process runs: CPU affinity from `launch.learner_cpus` / `launch.actor_cpus`.
+"""Where a process runs: CPU affinity from `launch.learner_cpus` / `launch.actor_cpus`, and which
+GPUs (as the host numbers them) the config gives the learner and the actors.
 
 On one CPU machine, learner and actors on disjoint cores behave as they would on separate
 accelerators: neither slows the other, so overlap between them shows as it would on GPUs. A
@@ -10,8 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from atgrpo.errors import PlacementError
+
+if TYPE_CHECKING:
+    from atgrpo.config import RunConfig
 
 log = logging.getLogger("atgrpo.placement")
 
@@ -30,4 +35,29 @@ def pin(cpus: list[int], what: str) -> int | None:
     return len(set(cpus))
 
 
-__all__ = ["pin"]
+
+
+def learner_gpus(cfg: RunConfig) -> list[int]:
+    """The learner ranks' GPUs as the host numbers them."""
+    if cfg.launch.learner_devices:
+        return list(cfg.launch.learner_devices)
+    _, _, index = cfg.train.device.partition(":")
+    return [int(index) if index else 0]
+
+
+def actor_gpus(cfg: RunConfig) -> list[int]:
+    """Each actor's GPU as the host numbers it."""
+    if cfg.launch.actor_devices:
+        return list(cfg.launch.actor_devices)
+    _, _, index = cfg.rollout.device.partition(":")
+    return [int(index) if index else 0] * cfg.launch.actors
+
+
+def colocated(cfg: RunConfig) -> bool:
+    """Some actor computes on a GPU a learner rank uses."""
+    if not (cfg.train.device.startswith("cuda") and cfg.rollout.device.startswith("cuda")):
+        return False
+    return bool(set(actor_gpus(cfg)) & set(learner_gpus(cfg)))
+
+
+__all__ = ["actor_gpus", "colocated", "learner_gpus", "pin"]

@@ -32,7 +32,7 @@ def _rank(rank: int, port: int, out_dir: str, results, failures) -> None:
         backend = trainer.backends["shared"]
         calls = []
         export_weights = backend.export_weights
-        backend.export_weights = lambda: calls.append(1) or export_weights()  # type: ignore[method-assign]
+        backend.export_weights = lambda **kw: calls.append(1) or export_weights(**kw)  # type: ignore[method-assign]
         weights, metrics = trainer.export()
         results.put(("agree", rank, sorted(weights), len(weights.get("shared", {})), metrics, len(calls)))
         if rank == 1:

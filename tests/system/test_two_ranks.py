@@ -1,7 +1,7 @@
 """The learner as a 2-rank DeepSpeed job under torchrun (gloo on CPU) serving a real actor.
 
-Every rank holds the same weights after every step (the trainer compares a crc32 of each rank's
-weights at every publish), and the weights rank 0 publishes are the ones the actor generates with:
+Every rank holds the same weights after every step (under ZeRO-1 the trainer compares a fingerprint
+of each rank's replica at every publish; ZeRO-3 has shards, not replicas), and the weights rank 0 publishes are the ones the actor generates with:
 the learner's log-probabilities of the actor's tokens under the same version agree to float rounding
 (a learning rate this large makes one version's log-probabilities far from the next one's).
 """
@@ -29,7 +29,8 @@ def test_two_rank_deepspeed_learner_serves_its_weights_to_an_actor(tmp_path: Pat
     train = [r for r in read_rows(out / "metrics.jsonl") if "learner/shared/version" in r]
     assert [int(r["learner/shared/version"]) for r in train] == list(range(1, STEPS + 1)), log[-3000:]
     for r in train:
-        assert r["learner/shared/replica_mismatch"] == 0.0
+        # ZeRO-3 holds shards of one model, not replicas: nothing to compare (docs/gpus.md, weight sync).
+        assert r.get("learner/shared/replica_mismatch") == (None if stage == 3 else 0.0)
         assert r["hub/rejected_total"] == 0.0 and r["learner/samples"] > 0
         assert r["learner/shared/logprob_mismatch"] < 1e-4, r
     assert train[-1]["hub/weights_served"] >= STEPS  # one fetch per version the actor rolled out with

@@ -7,9 +7,13 @@ generates a single token. Every hub round trip has a stall clock (`transport.req
 for weights, per chunk, so a reply of any size arrives as long as it keeps coming, and the hub
 keeps the unit leased while it does); when it passes, the hub is taken as gone: the actor drops the unit in hand and says Hello again with backoff
 (a restarted learner resumes on the same address) for up to `transport.reconnect_s`, then exits with
-an error naming what it waited for instead of hanging. An actor that
-makes no progress for its lease (`transport.unit_timeout_s` without a batch, a weights request or
-weights arriving) finds its next batch of the unit refused: it drops that unit (the hub has given it
+an error naming what it waited for instead of hanging. While it rolls out a unit, the
+actor shows progress after every generate call that ends `HEARTBEAT_FRACTION` of the lease or more
+after its last message about the unit (a `UnitProgress`; a streamed batch counts too), so a unit
+of long turns, or an evaluation unit that streams nothing, keeps its lease as long as its
+generate calls keep finishing. An actor that makes no progress for its lease
+(`transport.unit_timeout_s` without a batch, a progress report, a weights request or weights
+arriving) finds its next message about the unit refused: it drops that unit (the hub has given it
 to another actor) and asks for the next one.
 """
 
@@ -22,6 +26,7 @@ import time
 import msgspec
 import torch
 
+from atgrpo.actor.engine_start import defer_engines, engine_start
 from atgrpo.config import RunConfig
 from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
 from atgrpo.errors.runtime import ActorError, UnitLost
@@ -29,11 +34,13 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     Hello,
     NoWork,
+    ProgressAck,
     Refused,
     Sample,
     SampleAck,
     SampleBatch,
     Shutdown,
+    UnitProgress,
     Welcome,
     WorkRequest,
     WorkUnit,
@@ -56,6 +63,10 @@ RECONNECT_MAX_S = 8.0
 """Longest wait between two tries."""
 RECONNECT_PROBE_S = 5.0
 """How long one Hello of a rejoin waits for the answer (at most `transport.request_timeout_s`)."""
+HEARTBEAT_FRACTION = 0.25
+"""A `UnitProgress` goes out after a generate call once this fraction of `transport.unit_timeout_s`
+has passed since the actor last told the hub about its unit: a lease is renewed well before it
+ends, and a unit of quick calls costs no extra round trips."""
 
 
 def make_engine(cfg: RunConfig, policy: str, engines: int = 1) -> PolicyHandle:
@@ -103,6 +114,8 @@ class Actor:
         self.sampling = training_sampling(cfg.rollout)
         self.store = StoreReader(tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s) if tp.weights_store else None
         """Weights read from the shared store, the hub as the fallback (`transport.weight_store`)."""
+        self._told_hub = 0.0
+        """When the hub last heard about the unit in hand (lease granted, batch or progress sent)."""
 
     def _ask(self, msg):
         reply = self.client.request(msg)
@@ -145,7 +158,8 @@ class Actor:
         A hub that goes silent is rejoined (`_rejoin`); the unit in hand, if any, is dropped (the
         hub reassigns it)."""
         welcome = self._join()
-        self.handles = make_engines(self.cfg, self.policies)
+        if not defer_engines(self.cfg):
+            self._open_engines()
         log.info("%s joined run %s serving %s", self.actor_id, welcome.run_id, self.policies)
         done = 0
         while max_units is None or done < max_units:
@@ -182,6 +196,7 @@ class Actor:
             if not isinstance(reply, WorkUnit):
                 raise ActorError(f"expected a work unit, got {type(reply).__name__}")
             self.idle_s += time.perf_counter() - idle_since
+            self._open_engines()  # colocated: now, while the learner waits for this unit (`engine_start`)
             try:
                 self._do_unit(reply)
             except UnitLost as exc:
@@ -189,6 +204,13 @@ class Actor:
                 log.warning("%s: dropped unit %d (%s); is transport.unit_timeout_s too short for it?", self.actor_id, reply.unit_id, exc)
                 return 0
             return 1
+
+    def _open_engines(self) -> None:
+        """Construct the engines once, one process at a time per GPU (`engine_start`)."""
+        if self.handles:
+            return
+        with engine_start(self.cfg):
+            self.handles = make_engines(self.cfg, self.policies)
 
     def _sync(self, unit: WorkUnit) -> None:
         start = time.perf_counter()
@@ -203,8 +225,20 @@ class Actor:
             handle.engine.load_weights(version, tensors)
         self.sync_s += time.perf_counter() - start
 
+    def _heartbeat(self, unit: WorkUnit) -> None:
+        """After a generate call: renew the unit's lease if the hub has not heard of it for a while."""
+        if time.monotonic() - self._told_hub < HEARTBEAT_FRACTION * self.cfg.transport.unit_timeout_s:
+            return
+        reply = self.client.request(UnitProgress(self.actor_id, unit.unit_id))
+        self._told_hub = time.monotonic()
+        if isinstance(reply, Refused):
+            raise UnitLost(f"hub refused its progress report: {reply.reason}")
+        if not isinstance(reply, ProgressAck):
+            raise ActorError(f"expected a progress ack for unit {unit.unit_id}, got {type(reply).__name__}")
+
     def _stream(self, unit: WorkUnit, samples: list[Sample], last: bool, **extra) -> None:
         reply = self.client.request(SampleBatch(self.actor_id, unit.unit_id, samples, last, **extra))
+        self._told_hub = time.monotonic()
         if isinstance(reply, Refused):
             raise UnitLost(f"hub refused its samples: {reply.reason}")
         if not isinstance(reply, SampleAck):
@@ -213,6 +247,7 @@ class Actor:
             log.warning("unit %d: hub rejected %d samples (stale)", unit.unit_id, reply.rejected)
 
     def _do_unit(self, unit: WorkUnit) -> None:
+        self._told_hub = time.monotonic()  # the lease was granted with the unit (weights arriving renew it too)
         self._sync(unit)
         result = self.workflow.run(
             unit,
@@ -221,6 +256,7 @@ class Actor:
             run_id=self.cfg.run.name,
             seed=unit_seed(self.cfg.run.seed, unit),
             on_groups=(lambda group: self._stream(unit, group, False)) if not unit.greedy else None,
+            on_progress=lambda: self._heartbeat(unit),
         )
         timings = msgspec.structs.replace(result.timings, idle_s=self.idle_s, sync_s=self.sync_s)
         self.idle_s = self.sync_s = 0.0
@@ -232,4 +268,4 @@ def configure_threads(n: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 
 
-__all__ = ["Actor", "ActorError", "UnitLost", "configure_threads", "make_engine", "make_engines"]
+__all__ = ["HEARTBEAT_FRACTION", "Actor", "ActorError", "UnitLost", "configure_threads", "make_engine", "make_engines"]

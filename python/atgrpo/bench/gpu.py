@@ -10,8 +10,10 @@ on the built tiny model, in fp32:
   move at lr 1e-6 (on the CPU: a small shape, the torch backend only);
 - two learner ranks over NCCL (`atgrpo.bench.gpu_ranks` under torchrun) when two GPUs are visible:
   one step each on its own share, replicas compared by checksum;
-- the vLLM engine when vLLM is installed: the same mismatch, a weight reload, and its outputs
-  changing with the new weights.
+- the vLLM engine when vLLM is installed (`atgrpo.bench.gpu_vllm`, in a child process): which model
+  runner vLLM chose, the same mismatch, a reload of weights published as the learner publishes them
+  (outputs change), of the originals (outputs come back), and on a GPU a sleep and wake (memory
+  freed, outputs unchanged); what each line checks is printed under the table.
 
 Where CUDA is missing it says so and exits 2: never a silent skip. `--device cpu` runs the same
 code on the CPU (that is how CI keeps it working). It ran without vLLM on an H200 and an H100 on
@@ -21,6 +23,7 @@ code on the CPU (that is how CI keeps it working). It ran without vLLM on an H20
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -145,35 +148,45 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
         elif dev.type == "cuda":
             print("gpu check: one GPU visible, the two-rank NCCL step was not run")
         if vllm:
-            rows += _vllm_rows(folder, device, model, prompts, tok.pad_token_id, name)
+            del engine, model
+            rows += _vllm_rows(folder, device, name, quick)
     return rows
 
 
-def _vllm_rows(folder: Path, device: str, model, prompts, pad_id: int, name: str) -> list[BenchRow]:
-    from atgrpo.config import RolloutSection
-    from atgrpo.engines.base import SamplingParams
-    from atgrpo.engines.errors import VllmUnavailableError
-    from atgrpo.engines.factory import open_engine
+def _vllm_rows(folder: Path, device: str, name: str, quick: bool) -> list[BenchRow]:
+    """The vLLM checks (`atgrpo.bench.gpu_vllm`, in a child process), one row each, and what each
+    row checks printed under them."""
+    from atgrpo.bench.gpu_vllm import CHECKS
 
-    try:
-        engine, _ = open_engine(folder, RolloutSection(engine="vllm", device=device), policy="check")
-    except VllmUnavailableError as exc:
-        print(f"gpu check: vLLM not checked: {exc}")
-        return []
-    mean, worst, _ = _mismatch(engine, model, prompts, pad_id)
-    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
-    before = [o.token_ids for o in engine.generate(prompts, greedy)]
-    moved = {k: v.detach().cpu() + 0.02 * torch.randn_like(v.detach().cpu()) for k, v in model.state_dict().items()}
-    start = time.perf_counter()
-    engine.load_weights(1, moved)
-    reload_s = time.perf_counter() - start
-    changed = sum(a != o.token_ids for a, o in zip(before, engine.generate(prompts, greedy)))
-    if not changed:
-        raise RuntimeError("vLLM gave the same greedy outputs after new weights were loaded")
-    return [
-        _row(f"vLLM engine vs learner mismatch ({name}, {device})", mean, "mean |Δ|", bound=MISMATCH_BOUND, extra={"max": worst}),
-        _row("vLLM weight reload", reload_s, "s", extra={"prompts_changed": changed}),
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # what this process cached is free memory for the child's vLLM
+    with tempfile.TemporaryDirectory() as scratch:
+        result = Path(scratch) / "vllm.json"
+        cmd = [sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(folder), str(result), "--device", device,
+               *(["--quick"] if quick else [])]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        print(done.stdout, end="")
+        if done.returncode != 0:
+            raise RuntimeError(f"the vLLM check failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        if not result.exists():  # vLLM not installed: the child said so on its stdout
+            return []
+        got = json.loads(result.read_text())
+    rows = [
+        _row(f"vLLM model runner: {got['runner']} ({name}, {device})", got["start_s"], "s to start", extra={"checks": CHECKS["runner"]}),
+        _row(f"vLLM engine vs learner mismatch ({name}, {device})", got["mismatch"]["mean"], "mean |Δ|", bound=MISMATCH_BOUND,
+             extra={**got["mismatch"], "checks": CHECKS["mismatch"]}),
+        _row(f"vLLM reload of published weights: {got['reload']['changed']}/{got['reload']['prompts']} greedy outputs changed",
+             got["reload"]["seconds"], "s", extra={**got["reload"], "checks": CHECKS["reload"]}),
+        _row(f"vLLM reload of the original weights: {got['restored']['same']}/{got['restored']['prompts']} outputs as before",
+             float(got["restored"]["same"]), "prompts", extra={**got["restored"], "checks": CHECKS["restored"]}),
     ]
+    if "sleep" in got:
+        rows.append(_row(f"vLLM sleep + wake: {got['sleep']['same']}/{got['sleep']['prompts']} outputs as before",
+                         got["sleep"]["freed_gb"], "GB freed", extra={**got["sleep"], "checks": CHECKS["sleep"]}))
+    print("\nwhat each vLLM line checks:")
+    for key in ("runner", "mismatch", "reload", "restored", *(["sleep"] if "sleep" in got else [])):
+        print(f"  {key}: {CHECKS[key]}")
+    return rows
 
 
 __all__ = ["run"]

@@ -30,6 +30,7 @@ from atgrpo.config.sections import (
     TransportSection,
     WarmstartSection,
 )
+from atgrpo.config.engines import check_engines
 from atgrpo.config.lora import check_lora
 from atgrpo.config.task import GAME_TASKS, JUDGE, TASK_ROLES, TEAM_TASKS, Agent, TaskSection
 from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
@@ -83,6 +84,7 @@ class RunConfig(Section):
         if unused:
             raise ValueError(f"policies {sorted(unused)} serve no role")
         check_lora(self)  # atgrpo.config.lora
+        check_engines(self)  # atgrpo.config.engines
         return self
 
     def agent_policy(self) -> dict[str, str]:
@@ -103,7 +105,7 @@ class RunConfig(Section):
 RESOLVED_HEADER = "atgrpo run config, fully resolved"
 """The first line (as a comment) of a config `dump_config` wrote: every key of its day is in it."""
 
-PREDATED_POLICY_KEYS = {"lr_schedule": "constant"}
+PREDATED_POLICY_KEYS = {"lr_schedule": "constant", "thinking": None}
 """Policy keys whose default changed after runs had been written without them, and the value those
 runs had in effect. A resolved config lacking one predates the key: it gets that value, not today's
 default, so resuming (or reading back) an older run never changes what it learned with."""

@@ -133,6 +133,12 @@ class PolicySection(Section):
     """Updates over which the lr rises linearly to `lr` first (0: none)."""
     weight_decay: float = Field(default=0.01, ge=0.0)
     """AdamW decoupled weight decay."""
+    thinking: bool | None = False
+    """The chat template's thinking switch for this policy's prompts (`enable_thinking` of
+    `apply_chat_template`, read by Qwen3's template; with `task.prompts = "paper"`). False, the
+    default: thinking off, as the paper's code runs every agent of its Qwen3 runs (docs/gpus.md,
+    "Qwen3's thinking mode"); True: on; None: the template's own default (Qwen3's is on). Templates
+    that do not read it (SmolLM2's, the built-in model's) render the same prompt either way."""
     lora: LoraSection | None = None
     """A LoRA adapter on the frozen model instead of full fine-tuning. LoRA policies on the same base
     (equal `path`, or the same built `tiny` model) share one frozen copy of it in the learner and
@@ -195,7 +201,9 @@ class RolloutSection(Section):
     vllm_sleep_when_idle: bool = False
     """vLLM engines on a GPU sleep while their actor waits for work (level 1: weights copied to
     host memory, KV cache freed) and wake for its next unit, so a learner on the same GPU trains in
-    the memory they free (colocated placement, docs/gpus.md). Ignored on CPU."""
+    the memory they free (colocated placement, docs/gpus.md). Ignored on CPU. On a GPU an actor
+    then holds one engine (one full policy or one LoRA group): vLLM's sleep mode allows one engine
+    per process (`config.engines`)."""
 
     @field_validator("device")
     @classmethod
@@ -297,11 +305,20 @@ class TransportSection(Section):
     what it awaited. The largest chunk (at least the largest tensor) must cross the wire within it."""
     unit_timeout_s: float = Field(default=120.0, gt=0.0)
     """Seconds without progress after which a handed-out unit is reassigned (its actor presumed dead).
-    Progress: a sample batch of the unit, a weights request of its actor, or a chunk of a weights
-    reply to it leaving the hub; so weights that take long but keep coming never cost the lease."""
+    Progress: a sample batch of the unit, its actor's progress report (sent after a generate call,
+    `actor.HEARTBEAT_FRACTION`), a weights request of its actor, or a chunk of a weights reply to it
+    leaving the hub; so weights that take long but keep coming never cost the lease. It must cover
+    the longest single generate call (and the env step after it) of a unit."""
     step_timeout_s: float = Field(default=1800.0, gt=0.0)
     """Seconds without progress of a step (a sample, or weights reaching an actor that holds one of
     its units) after which the hub stops the run with an error."""
+    round_timeout_s: float = Field(default=7200.0, gt=0.0)
+    """Seconds the learner waits for one round (a training step's rollouts, or an evaluation) in
+    all, progress or not, counted from when it starts waiting (the first round includes the actors'
+    start, vLLM's included); past it the run stops with an error naming the round. It also sets the
+    multi-rank learner's collective timeout (`learner.distributed.group_timeout_s`: an evaluation and
+    a step's first units, plus a margin), as ranks 1..N-1 wait in a collective while rank 0 waits
+    for rounds: rank 0 reports a slow round before any collective times out."""
     max_message_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     """Largest message an endpoint accepts, in bytes; larger ones are rejected undecoded."""
     reconnect_s: float = Field(default=120.0, ge=0.0)

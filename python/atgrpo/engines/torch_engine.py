@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from atgrpo.engines.base import Completion, EngineStats, RolloutEngine, SamplingParams, check_prompts
+from atgrpo.models.tied import without_aliases
 
 
 class TorchEngine(RolloutEngine):
@@ -39,7 +40,9 @@ class TorchEngine(RolloutEngine):
         return next(self.model.parameters()).device
 
     def load_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> None:
-        state = self.model.state_dict()
+        """Copy `tensors` into the model in place. A tied tensor comes once, under its first name
+        (`models.tied`); copying it there fills every name it has."""
+        state = without_aliases(self.model, self.model.state_dict())
         missing = [k for k in state if k not in tensors]
         if missing:
             raise ValueError(f"weights for {self.policy} v{version} lack {len(missing)} tensors, e.g. {missing[:3]}")

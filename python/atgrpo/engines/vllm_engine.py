@@ -3,7 +3,7 @@
 Imported only when `rollout.engine = "vllm"`. What it guarantees, each tested on the CPU build:
 - **In-process engine core** (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): the worker and its model live in
   this process, so new weights go from the tensors in hand into the model through the worker's
-  `reload_weights`, the supported in-place path. Calling the model's own `load_weights` instead
+  `reload_weights` (`reload_in_place`), the supported in-place path. Calling the model's own `load_weights` instead
   breaks backends that repack weights at load (the CPU build packs linear layers for oneDNN).
 - **One seed per request**: vLLM seeds requests separately, so K copies of a prompt (a tree group)
   get seeds (seed, 0..K-1) and differ; the same seed reproduces the same completions.
@@ -28,7 +28,11 @@ the engine runs with the torch threads set before it was made (`launch.actor_thr
   names one adapter (`generate(..., lora_request=)`), never none: vLLM 0.32 gives a base request
   batched with LoRA requests an adapter's delta, so an engine serving adapters serves only adapters.
 The GPU paths (device "cuda[:N]", memory shares, sleep mode) are not tested here: no GPU in CI;
-they were written against vLLM 0.32.0's `LLM.sleep` / `wake_up` and its start-up memory check.
+they were written against vLLM 0.32.0's `LLM.sleep` / `wake_up` and its start-up memory check, and
+reviewed (not run) against its GPU wheel, whose default on CUDA is Model Runner V2 while the CPU
+build runs V1: `Worker.reload_weights`, `sleep` and `wake_up` are the worker's in both, and V2's
+runner has the same `reload_weights(weights_iterator=)`, LoRA support and `processed_logprobs`
+(docs/gpus.md, "Review against vLLM 0.32's GPU build").
 """
 
 from __future__ import annotations
@@ -143,14 +147,9 @@ class VllmEngine(RolloutEngine):
         cache: its KV was computed with the old weights."""
         items = list(tensors.items())
         self.wake()
-
-        def reload(worker) -> None:
-            worker.model_runner.reload_weights(weights_iterator=iter(items))
-
-        self.llm.collective_rpc(reload)
+        self.llm.collective_rpc(reload_in_place, args=(items,))
         self.llm.reset_prefix_cache()
         self.version = version
-
 
     def sleep(self) -> None:
         if self._can_sleep and not self._asleep:
@@ -164,6 +163,17 @@ class VllmEngine(RolloutEngine):
             self.llm.wake_up()
             self.llm.reset_prefix_cache()  # the KV cache was discarded while asleep
             self._asleep = False
+
+
+def reload_in_place(worker, items: list[tuple[str, torch.Tensor]]) -> None:
+    """Run on vLLM's worker (`collective_rpc`): its own `reload_weights`, which enters the engine's
+    config context (`set_current_vllm_config`) around the model runner's reload; the runner's method
+    called directly would load outside it. vLLM 0.32.0: `Worker.reload_weights(*args, **kwargs)` in
+    vllm/v1/worker/gpu_worker.py, inherited by the CPU build's `CPUWorker`; both model runners (V1
+    `gpu_model_runner.py`, V2 `gpu/model_runner.py`) take `weights_iterator=`. Tied weights: a
+    published set holds only the first name of a tied tensor (`learner.published`), which is the
+    name vLLM's loader keeps (`AutoWeightsLoader` skips the other)."""
+    worker.reload_weights(weights_iterator=iter(items))
 
 
 def request_seed(seed: int, index: int) -> int:

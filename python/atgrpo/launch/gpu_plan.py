@@ -42,6 +42,9 @@ from pathlib import Path
 from atgrpo.config import RunConfig
 from atgrpo.config.lora import lora_bases
 from atgrpo.errors import PlacementError
+from atgrpo.placement import actor_gpus as _actor_gpus
+from atgrpo.placement import colocated
+from atgrpo.placement import learner_gpus as _learner_gpus
 
 GB = 1e9
 CONTEXT_BYTES = int(1.0 * GB)
@@ -203,27 +206,6 @@ def torch_engine_bytes(shape: ModelShape, cfg: RunConfig) -> int:
     seqs = ro.envs_per_unit * ro.k
     kv = seqs * (ro.max_prompt_tokens + ro.max_new_tokens) * shape.layers * 2 * shape.kv_dim * size
     return shape.params * size + kv
-
-
-def _learner_gpus(cfg: RunConfig) -> list[int]:
-    if cfg.launch.learner_devices:
-        return list(cfg.launch.learner_devices)
-    _, _, index = cfg.train.device.partition(":")
-    return [int(index) if index else 0]
-
-
-def _actor_gpus(cfg: RunConfig) -> list[int]:
-    if cfg.launch.actor_devices:
-        return list(cfg.launch.actor_devices)
-    _, _, index = cfg.rollout.device.partition(":")
-    return [int(index) if index else 0] * cfg.launch.actors
-
-
-def colocated(cfg: RunConfig) -> bool:
-    """Some actor computes on a GPU a learner rank uses."""
-    if not (cfg.train.device.startswith("cuda") and cfg.rollout.device.startswith("cuda")):
-        return False
-    return bool(set(_actor_gpus(cfg)) & set(_learner_gpus(cfg)))
 
 
 def plan(cfg: RunConfig, shapes: dict[str, ModelShape], gpu_bytes: int) -> list[GpuLoad]:

@@ -13,6 +13,7 @@ actor still running. SIGTERM to the launcher is handled the same way (exit statu
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -25,8 +26,14 @@ from atgrpo.config import RunConfig
 from atgrpo.errors import PlacementError
 from atgrpo.launch.events import LearnerView, describe
 
+log = logging.getLogger("atgrpo.launch")
+
 GRACE_S = 600.0
 """How long the learner gets after Ctrl-C to checkpoint and evaluate before it is killed."""
+TORCHRUN_SHUTDOWN_S = int(GRACE_S) - 30
+"""How long torchrun lets its ranks finish after it forwards the signal, before it kills them
+(`--shutdown-timeout`; torchrun's own default is 30 s). Short of `GRACE_S`, so that torchrun stops
+its ranks itself before the launcher gives up on torchrun, whose kill would orphan them."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -168,7 +175,22 @@ def learner_command(module_cmd: list[str], ranks: int) -> list[str]:
     if ranks <= 1:
         return module_cmd
     python, _, module, *rest = module_cmd
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", module, *rest]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *torchrun_shutdown_args(),
+            "-m", module, *rest]
+
+
+def torchrun_shutdown_args() -> list[str]:
+    """torchrun's `--shutdown-timeout` (`TORCHRUN_SHUTDOWN_S`) where the installed torch has it (torch
+    2.13's torch/distributed/run.py does); without it the ranks get torchrun's 30 s after Ctrl-C,
+    too little to checkpoint, which is logged."""
+    from torch.distributed.run import get_args_parser
+
+    options = {o for action in get_args_parser()._actions for o in action.option_strings}
+    if "--shutdown-timeout" in options:
+        return [f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}"]
+    log.warning("this torch's torchrun has no --shutdown-timeout: after Ctrl-C the learner ranks get 30 s, "
+                "not %d, to checkpoint", TORCHRUN_SHUTDOWN_S)
+    return []
 
 
 def stop_process(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:

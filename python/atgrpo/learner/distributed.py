@@ -23,6 +23,19 @@ import torch.distributed as dist
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
+GROUP_MARGIN_S = 900.0
+"""What rank 0 may spend between two collectives besides waiting for rounds: metrics, checksumming
+a new version into the hub, its own checkpoint files."""
+
+
+def group_timeout_s(round_timeout_s: float) -> float:
+    """The learner's collective timeout (`transport.round_timeout_s` -> seconds). Between two
+    collectives, ranks 1..N-1 wait while rank 0 waits on the hub for at most two rounds (an
+    evaluation, then a step's first units: `Hub.take` bounds each by `round_timeout_s`) and does
+    its own work (`GROUP_MARGIN_S`). Past that rank 0 has raised naming the round, so no collective
+    times out (the NCCL watchdog's abort) while rank 0 is only waiting for actors."""
+    return 2 * round_timeout_s + GROUP_MARGIN_S
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -115,6 +128,14 @@ def get_rank() -> int:
 
 def get_world_size() -> int:
     return dist.get_world_size() if is_initialized() else 1
+
+
+def local_rank() -> int:
+    """This rank's index on its host: the launcher's `LOCAL_RANK`; without one, the group's rank (a
+    group started by hand, as the tests do, is on one host)."""
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    return get_rank()
 
 
 def is_main_process() -> bool:

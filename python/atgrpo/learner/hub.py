@@ -151,22 +151,36 @@ class Hub(HubLoop):
             self._rounds[rnd.round_id] = rnd
             return rnd.round_id
 
-    def take(self, round_id: int | None = None, *, stall_timeout_s: float, poll_s: float = 0.5) -> list[CommittedUnit] | None:
+    def take(
+        self, round_id: int | None = None, *, stall_timeout_s: float, round_timeout_s: float | None = None,
+        poll_s: float = 0.5,
+    ) -> list[CommittedUnit] | None:
         """The round's committed units not taken yet (at least one; blocks until then), or None once
         every unit has been taken (the round is then closed). Raises `TimeoutError`, naming what it
-        waited for, if the round makes no progress (`Round.last_progress`) for `stall_timeout_s`.
-        `round_id` None: the oldest open round."""
+        waited for, if the round makes no progress (`Round.last_progress`) for `stall_timeout_s`,
+        or, progress or not, once `round_timeout_s` have passed since the learner first waited on
+        the round (None: no such bound). `round_id` None: the oldest open round."""
         with self._lock:
             rnd = self._get_round(round_id)
             # A round opened ahead (pipelining) may have waited in the queue behind older ones: the
             # stall clock starts when the learner starts waiting, at the earliest.
             waiting_since = time.monotonic()
+            if rnd.first_wait is None:
+                rnd.first_wait = waiting_since
             while not rnd.committed:
                 if rnd.drained:
                     del self._rounds[rnd.round_id]
                     return None
                 if self._error is not None:
                     raise RuntimeError("hub thread failed") from self._error
+                if round_timeout_s is not None and time.monotonic() - rnd.first_wait > round_timeout_s:
+                    raise TimeoutError(
+                        f"{'evaluation' if rnd.split == 'eval' else f'step {rnd.step}'}: not done "
+                        f"{round_timeout_s:.0f} s after the learner started waiting for it "
+                        f"(transport.round_timeout_s), {rnd.total - len(rnd.done)} units unfinished "
+                        f"({len(rnd.leases)} leased, {len(rnd.pending)} unassigned; actors seen: "
+                        f"{sorted(self.actors) or 'none'})"
+                    )
                 if time.monotonic() - max(rnd.last_progress, waiting_since) > stall_timeout_s:
                     raise TimeoutError(
                         f"step {rnd.step}: waited {stall_timeout_s:.0f} s for samples of {rnd.total - len(rnd.done)} "
@@ -180,12 +194,17 @@ class Hub(HubLoop):
             rnd.taken += len(units)
             return units
 
-    def wait_round(self, round_id: int | None = None, *, stall_timeout_s: float, poll_s: float = 0.5) -> StepData:
-        """Block until every unit of the round is in and return them all (the round is then closed)."""
+    def wait_round(
+        self, round_id: int | None = None, *, stall_timeout_s: float, round_timeout_s: float | None = None,
+        poll_s: float = 0.5,
+    ) -> StepData:
+        """Block until every unit of the round is in and return them all (the round is then closed);
+        the clocks are `take`'s."""
         with self._lock:
             rnd = self._get_round(round_id)
         units: list[CommittedUnit] = []
-        while (got := self.take(rnd.round_id, stall_timeout_s=stall_timeout_s, poll_s=poll_s)) is not None:
+        while (got := self.take(rnd.round_id, stall_timeout_s=stall_timeout_s, round_timeout_s=round_timeout_s,
+                                poll_s=poll_s)) is not None:
             units += got
         return StepData.of(rnd.step, units, time.monotonic() - rnd.started, self.staleness)
 

@@ -46,10 +46,12 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     Hello,
     NoWork,
+    ProgressAck,
     Refused,
     SampleAck,
     SampleBatch,
     Shutdown,
+    UnitProgress,
     WeightsRequest,
     Welcome,
     WorkRequest,
@@ -137,6 +139,8 @@ class HubLoop:
             return self._assign(peer, msg.actor_id)
         if isinstance(msg, SampleBatch):
             return self._intake(peer, msg)
+        if isinstance(msg, UnitProgress):
+            return self._progress(peer, msg)
         if isinstance(msg, WeightsRequest):
             return self._weights_reply(peer, msg)
         self.counters["unexpected_kind"] += 1
@@ -198,6 +202,20 @@ class HubLoop:
             rnd.done.add(batch.unit_id)
             self._changed.notify_all()
         return SampleAck(batch.unit_id, accepted=staged.staged_last, rejected=len(batch.samples) - staged.staged_last)
+
+    def _progress(self, peer: bytes, msg: UnitProgress) -> Any:
+        """A unit's heartbeat: renews its lease (and its round's stall clock) only for the connection
+        and actor holding it, so no peer can keep another actor's unit from being reassigned."""
+        rnd = self._round_of(msg.unit_id)
+        lease = rnd.leases.get(msg.unit_id) if rnd is not None else None
+        if rnd is None or lease is None or lease.actor != msg.actor_id or lease.peer != peer:
+            self.counters["progress_refused"] += 1
+            return Refused(f"unit {msg.unit_id} is not leased to {msg.actor_id} on this connection")
+        now = time.monotonic()
+        lease.renew(now, self.unit_timeout_s)
+        rnd.last_progress = max(rnd.last_progress, now)
+        self.counters["progress_reports"] += 1
+        return ProgressAck(msg.unit_id)
 
     def _log_once(self, actor: str, unit_id: int, fault: Fault) -> None:
         if (actor, fault.reason) in self._logged:
@@ -265,7 +283,7 @@ class HubLoop:
         for rnd in self._rounds.values():
             for unit_id, lease in list(rnd.leases.items()):
                 if lease.deadline < now:
-                    log.warning("unit %d of step %d: actor %s silent for %g s (no batch, request or weights chunk); reassigning", unit_id,
+                    log.warning("unit %d of step %d: actor %s silent for %g s (no batch, progress report, request or weights chunk); reassigning", unit_id,
                                 rnd.step, lease.actor, self.unit_timeout_s)
                     self._release(rnd, unit_id)
                     self.actors.pop(lease.actor, None)

@@ -7,8 +7,9 @@ s). A round's units are handed to the learner as they commit (`Hub.take`), or al
 
 Units and leases: a step's env seeds are cut into units. A unit handed to an actor's connection is
 leased; the lease expires after `unit_timeout_s` WITHOUT PROGRESS, where progress is a sample batch
-of the unit from that connection, a weights request from it, or a chunk of a weights reply to it
-leaving the hub (the chunk's tracker, `hub_weights.Transfers`). So a unit is never taken from an
+of the unit from that connection, a `UnitProgress` for it from that connection (the actor sends one
+after a generate call when it has sent nothing else for a while: an evaluation unit streams no
+samples), a weights request from it, or a chunk of a weights reply to it leaving the hub (the chunk's tracker, `hub_weights.Transfers`). So a unit is never taken from an
 actor that is still receiving weights, however long the whole transfer takes, while an actor that
 goes silent (dead, stalled, partitioned) loses its unit `unit_timeout_s` after its last sign of
 life. An expired lease puts the unit back at the front of the queue and drops what the unit had
@@ -103,7 +104,10 @@ class Round:
     taken: int = 0
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
-    """Last sample batch admitted, or weights progress of a leased unit: the learner's stall clock."""
+    """Last sample batch admitted, progress report of a leased unit, or weights progress of a leased
+    unit: the learner's stall clock."""
+    first_wait: float | None = None
+    """When the learner first waited on the round (`Hub.take`): the start of its round clock."""
 
     @property
     def complete(self) -> bool:

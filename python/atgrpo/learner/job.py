@@ -86,7 +86,9 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     activate(device)
     rank, world = 0, 1
     if distributed.launched() or cfg.train.backend == "deepspeed":
-        env = distributed.init_distributed_from_env(collective_backend(device), timeout_s=cfg.transport.step_timeout_s)
+        env = distributed.init_distributed_from_env(
+            collective_backend(device), timeout_s=distributed.group_timeout_s(cfg.transport.round_timeout_s)
+        )
         rank, world = env.rank, env.world_size
     checkpoint = latest_checkpoint(checkpoints_dir(cfg)) if cfg.run.resume else None
     if rank == 0:

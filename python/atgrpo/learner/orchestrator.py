@@ -78,7 +78,10 @@ class Orchestrator:
     def collect(self, step: int) -> StepData:
         """Every sample of training step `step`, from the actors."""
         self.open_rounds(step)
-        return self.hub.wait_round(self._rounds.pop(step), stall_timeout_s=self.cfg.transport.step_timeout_s)
+        tp = self.cfg.transport
+        return self.hub.wait_round(
+            self._rounds.pop(step), stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s
+        )
 
     def step_plans(self, step: int) -> Iterator[list[RankPlan]]:
         """Every rank's plans of training step `step`, in the order they are trained; the last one
@@ -94,7 +97,8 @@ class Orchestrator:
         start = time.monotonic()
         parts: list[StepData] = []
         totals: Counter[str] = Counter({p: 0 for p in self.cfg.policies})
-        while (units := self.hub.take(round_id, stall_timeout_s=self.cfg.transport.step_timeout_s)) is not None:
+        tp = self.cfg.transport
+        while (units := self.hub.take(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)) is not None:
             part = StepData.of(step, units, 0.0, self.hub.staleness)
             self._check(part)
             plans, part_totals = self._plan_part(part)
@@ -176,7 +180,9 @@ class Orchestrator:
         round_id = self.hub.open_round(
             -1, eval_seeds(cfg.run.eval_seeds), cfg.rollout.envs_per_unit * EVAL_UNIT_SCALE, split="eval", greedy=True
         )
-        data = self.hub.wait_round(round_id, stall_timeout_s=cfg.transport.step_timeout_s)
+        data = self.hub.wait_round(
+            round_id, stall_timeout_s=cfg.transport.step_timeout_s, round_timeout_s=cfg.transport.round_timeout_s
+        )
         envs = data.envs
         summary = EvalSummary(
             label=label,

@@ -112,20 +112,22 @@ class Trainer:
 
     def export(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, float]]:
         """Every rank calls it. Rank 0 gets every policy's full weights in host memory, to publish
-        (staged through pinned memory on a GPU, `LearnerBackend.host_copy`); the other ranks get {}
-        and copy nothing to the host, unless export is a collective (ZeRO-3: every rank gathers).
-        With several ranks also `learner/<p>/replica_mismatch`: 1 when the ranks' weights differ
+        (staged through pinned memory on a GPU, `LearnerBackend.host_copy`), each tied tensor once
+        (`models.tied`); the other ranks get {} and copy nothing to the host (under ZeRO-3 they
+        join the gather, which is a collective, and copy nothing either).
+        With several replicas also `learner/<p>/replica_mismatch`: 1 when the ranks' weights differ
         (what actors get is rank 0's; a diverged replica is logged with the tensors that differ).
         Ranks compare a fingerprint of their weights computed where the weights lie
         (`replicas.differing_tensors`: on the GPU, one all_gather on the collective's device)."""
         weights, out = {}, {}
         for p, be in self.backends.items():
             collective = be.export_is_collective
-            tensors = be.export_weights() if self.rank == 0 or collective else None
-            if self.world > 1:
-                # Every rank fingerprints the same thing: its replica where it lies, or under a
-                # collective export (no replicas, only shards) the gathered copy.
-                own = tensors if collective and tensors is not None else be.weight_state()
+            publishing = self.rank == 0
+            tensors = be.export_weights(to_host=publishing) if publishing or collective else None
+            if self.world > 1 and not collective:
+                # Every rank fingerprints its replica where it lies. A collective export (ZeRO-3) has
+                # no replicas, only shards of one model, so there is nothing to compare.
+                own = be.published_state()
                 where = collective_device(next(be.model.parameters()).device)
                 differ = differing_tensors(own, where)
                 out[f"learner/{p}/replica_mismatch"] = float(bool(differ))
@@ -144,7 +146,10 @@ class Trainer:
         marks the checkpoint complete."""
         for p, be in self.backends.items():
             be.save_checkpoint(folder / p)
-            tensors = be.export_weights()  # collective under ZeRO-3: every rank calls it
+            if state is None and not be.export_is_collective:
+                continue
+            # A collective under ZeRO-3, which every rank joins; only rank 0 (with `state`) copies.
+            tensors = be.export_weights(to_host=state is not None)
             if state is None:
                 continue
             lora = self.cfg.policies[p].lora

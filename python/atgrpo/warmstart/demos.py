@@ -81,7 +81,7 @@ def make_demos(
             tool_answers.append(wf.templates.answer_text(noise) if noisy else answer)
             if TOOL in wf.roles and TOOL in keep:
                 prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
-                out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
+                out.append((wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(answer, add_special_tokens=False) + eos))
         views: list[Simulation | None] = [None] * len(ids)
         if TOOL in wf.roles and len(ids):
             for e in ids:
@@ -94,7 +94,7 @@ def make_demos(
         for i, e in enumerate(ids if PLAN in keep else []):
             answer = wf.templates.answer_text(plans[i] or "")
             prompt = wf.prompt_text(PLAN, obs[i], int(turns[e]), views[i])
-            out.append((wf.encode(tokenizer, prompt), tokenizer.encode(answer, add_special_tokens=False) + eos))
+            out.append((wf.encode(tokenizer, prompt, PLAN), tokenizer.encode(answer, add_special_tokens=False) + eos))
         return out
     finally:
         pool.close()

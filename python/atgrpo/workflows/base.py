@@ -16,6 +16,9 @@ from atgrpo.messages import EnvResult, Sample, UnitTimings, WorkUnit
 
 GroupSink = Callable[[list[Sample]], None]
 """Receives complete groups of samples as a unit produces them (the actor streams them to the hub)."""
+ProgressSink = Callable[[], None]
+"""Called after every generate call of a unit (the actor's heartbeat to the hub: an evaluation unit
+streams no samples, and a unit of long turns may stream none for longer than its lease)."""
 
 
 @dataclass
@@ -51,9 +54,11 @@ class Workflow(Protocol):
         run_id: str = "",
         seed: int | None = None,
         on_groups: GroupSink | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> UnitResult:
         """Roll out `unit.seeds` with `policies` (by policy name); `on_groups` receives each group as
-        soon as it is complete. The same (unit, seed, engines) gives the same samples."""
+        soon as it is complete, `on_progress` is called after each generate call. The same (unit,
+        seed, engines) gives the same samples."""
         ...
 
     def close(self) -> None:
@@ -61,4 +66,4 @@ class Workflow(Protocol):
         ...
 
 
-__all__ = ["GroupSink", "PolicyHandle", "UnitResult", "Workflow"]
+__all__ = ["GroupSink", "PolicyHandle", "ProgressSink", "UnitResult", "Workflow"]

@@ -28,13 +28,18 @@ def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 15] + "\n...[truncated]"
 
 
-def encode_prompt(tokenizer, text: str, chat: bool) -> list[int]:
-    """Token ids of a prompt: the tokenizer's chat template when `chat` and it has one, else plain text."""
+def encode_prompt(tokenizer, text: str, chat: bool, thinking: bool | None = None) -> list[int]:
+    """Token ids of a prompt: the tokenizer's chat template when `chat` and it has one, else plain text.
+    `thinking` is the template's `enable_thinking` (Qwen3's switch; `policies.<p>.thinking`); None
+    passes nothing, leaving the template's own default. Templates that do not read it ignore it."""
     if chat and getattr(tokenizer, "chat_template", None):
         # Render to text, then encode: what `apply_chat_template(tokenize=True)` returns differs between
         # transformers versions (a list, or a BatchEncoding whose list() is its keys). The template
         # writes its own special tokens, so encoding adds none.
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        extra = {} if thinking is None else {"enable_thinking": thinking}
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False, **extra
+        )
     ids = tokenizer.encode(text, add_special_tokens=False)
     return [int(t) for t in ids]
 

@@ -22,7 +22,8 @@ Invariants:
   the lowest branch; `selection = "random"` draws uniformly from `np.random.default_rng(seed)`, envs
   in ascending order) is carried into all K branches. Parallel mode: K independent episodes, no
   carrying. Greedy units (evaluation): K = 1, argmax decoding, no samples kept.
-- Generate call c (counted from 1 over the whole unit) gets seed `engine_seed(seed, c)`.
+- Generate call c (counted from 1 over the whole unit) gets seed `engine_seed(seed, c)`; after each
+  call `on_progress` (the actor's heartbeat to the hub) is called, before the env step.
 - A role whose step is simulated (`Outcomes.episode` false: the games' tool agent) earns rewards for
   its samples but leaves returns, turns, `done` and success to the roles that act on the episode.
 - Trajectory grouping: once the unit ends, every sample of branch k gets the branch's return and
@@ -42,7 +43,7 @@ import numpy.typing as npt
 from atgrpo.config import RunConfig
 from atgrpo.engines.base import Completion, SamplingParams
 from atgrpo.messages import EnvResult, GroupKey, Sample, UnitTimings, WorkUnit
-from atgrpo.workflows.base import GroupSink, PolicyHandle, UnitResult
+from atgrpo.workflows.base import GroupSink, PolicyHandle, ProgressSink, UnitResult
 from atgrpo.workflows.prompts import encode_prompt
 
 Live = list[tuple[int, int]]
@@ -216,8 +217,11 @@ class TreeWorkflow:
         """The K branch states of each env of `unit`, at the start of its episodes."""
         raise NotImplementedError
 
-    def encode(self, tokenizer, text: str) -> list[int]:
-        return encode_prompt(tokenizer, text, self.use_chat_template)
+    def encode(self, tokenizer, text: str, agent: str) -> list[int]:
+        """`text` as `agent`'s prompt ids: in its policy's chat template (`task.prompts = "paper"`),
+        with that policy's thinking switch (`policies.<p>.thinking`)."""
+        policy = self.agent_policy.get(agent) or self.cfg.role_policy[agent]
+        return encode_prompt(tokenizer, text, self.use_chat_template, self.cfg.policies[policy].thinking)
 
     def close(self) -> None:
         """Release what is held between units (nothing here)."""
@@ -231,8 +235,10 @@ class TreeWorkflow:
         run_id: str = "",
         seed: int | None = None,
         on_groups: GroupSink | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> UnitResult:
-        """Roll out `unit.seeds`; `on_groups` receives each agent-turn's complete groups as they finish."""
+        """Roll out `unit.seeds`; `on_groups` receives each agent-turn's complete groups as they
+        finish; `on_progress` is called after every generate call."""
         ro = self.cfg.rollout
         greedy = unit.greedy
         k = 1 if greedy else ro.k
@@ -257,11 +263,13 @@ class TreeWorkflow:
                     t0 = time.perf_counter()
                     texts = states.prompt_texts(role, live, turn)
                     timings.env_s += time.perf_counter() - t0
-                    prompts = [self.encode(handle.tokenizer, t) for t in texts]
+                    prompts = [self.encode(handle.tokenizer, t, role) for t in texts]
                     t0 = time.perf_counter()
                     call += 1
                     outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
                     timings.generate_s += time.perf_counter() - t0
+                    if on_progress is not None:
+                        on_progress()
                     answers = answer_texts(handle.tokenizer, outs, ro.truncated_is_invalid)
                     t0 = time.perf_counter()
                     out = states.apply(role, live, turn, answers)

@@ -45,6 +45,7 @@ from atgrpo.learner.logprobs import loss_inputs
 from atgrpo.learner.lora import AdapterWeights, BaseReference
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.learner.microbatch import MicroBatch
+from atgrpo.models.tied import without_aliases
 
 
 class LearnerBackend(abc.ABC):
@@ -76,9 +77,11 @@ class LearnerBackend(abc.ABC):
         return self.finish_step(total_tokens)
 
     @abc.abstractmethod
-    def export_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights as contiguous CPU tensors by HF parameter name (gathered under ZeRO-3),
-        copied by `host_copy`."""
+    def export_weights(self, to_host: bool = True) -> dict[str, torch.Tensor]:
+        """What the policy publishes (`published_state`) as contiguous CPU tensors by HF parameter
+        name (gathered under ZeRO-3), copied by `host_copy`. `to_host` False: take part in the
+        gather a collective export is (ZeRO-3), copy nothing, return {}: a rank that neither
+        publishes nor saves a model folder."""
 
     adapter: AdapterWeights | None = None
     """A LoRA policy's adapter on its group's shared model (`learner.lora`); None: a full policy."""
@@ -87,6 +90,12 @@ class LearnerBackend(abc.ABC):
         """What this policy publishes and saves, live (no copy): the model's state dict, or a LoRA
         policy's adapter tensors only (`learner.lora`)."""
         return self.adapter.state_dict() if self.adapter is not None else self.model.state_dict()
+
+    def published_state(self) -> dict[str, torch.Tensor]:
+        """`weight_state` as it is published and exported: each tied tensor once, under its first
+        name (`models.tied`). A LoRA adapter's tensors are never tied."""
+        state = self.weight_state()
+        return state if self.adapter is not None else without_aliases(self.model, state)
 
     @property
     def adapter_policy(self) -> str | None:

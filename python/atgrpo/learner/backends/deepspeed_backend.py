@@ -333,11 +333,12 @@ class DeepSpeedBackend(LearnerBackend):
     def export_is_collective(self) -> bool:
         return self.zero_stage == 3
 
-    def export_weights(self) -> dict[str, torch.Tensor]:
+    def export_weights(self, to_host: bool = True) -> dict[str, torch.Tensor]:
         def snapshot() -> dict[str, torch.Tensor]:
             # copy: under ZeRO-3 the gathered storage is freed when the context exits. In the compute
             # dtype (base): a no-op for DeepSpeed's bf16 module, which holds bf16(master) after every step.
-            return self.host_copy(self.weight_state(), self.compute_dtype)
+            # A rank that only joins the gather copies nothing (`to_host`).
+            return self.host_copy(self.published_state(), self.compute_dtype) if to_host else {}
 
         if self.zero_stage == 3:
             params = list(self.model.parameters())

@@ -28,6 +28,7 @@ from atgrpo.devices import model_device
 from atgrpo.learner.backends.base import (
     LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics, kl_reference,
 )
+from atgrpo.learner.distributed import local_rank
 from atgrpo.learner.lora import AdapterWeights, check_checkpoint_adapter
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.microbatch import MicroBatch
@@ -76,12 +77,17 @@ class TorchBackend(LearnerBackend):
         self.optimizer.zero_grad(set_to_none=True)
         return finish_metrics(self._take_sums(), total_tokens, grad_norm)
 
-    def export_weights(self) -> dict[str, torch.Tensor]:
+    def export_weights(self, to_host: bool = True) -> dict[str, torch.Tensor]:
         # The master rounded to the compute dtype: what the autocast matmuls multiply with.
-        return self.host_copy(self.weight_state(), self.compute_dtype)
+        return self.host_copy(self.published_state(), self.compute_dtype) if to_host else {}
 
     def save_checkpoint(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
+        # Ranks hold replicas (replica_mismatch watches them), so one writer per host: several
+        # ranks writing one file at once could leave it torn. Every host keeps its own copy, as
+        # each rank loads from its own disk; the caller's barrier orders the write before any read.
+        if local_rank() != 0:
+            return
         # An adapter's tensor names carry no policy (models.adapters): its name is saved beside them.
         torch.save({"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": self.adapter_policy},
                    folder / "learner.pt")
