@@ -85,9 +85,11 @@ class ProcessHost:
             args += ["--curve-keys", str(keys)]
         if spec.stdin_address:
             args += ["--address", "-"]
-        launcher = [sys.executable, "-m"]
+        from atgrpo.launch.local import learner_command  # torchrun for packed ranks, as on one host
+
+        cmd = [sys.executable, "-m", spec.module, *args]
         if spec.torchrun_ranks > 1:
-            launcher += ["torch.distributed.run", "--standalone", f"--nproc_per_node={spec.torchrun_ranks}", "-m"]
+            cmd = learner_command(cmd, spec.torchrun_ranks)
         Path(spec.log_dir).mkdir(parents=True, exist_ok=True)
         self.log_path = Path(spec.log_dir) / f"{spec.name}.log"
         self.log = open(self.log_path, "a")
@@ -95,7 +97,7 @@ class ProcessHost:
         self.log.flush()
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
         self.child = subprocess.Popen(
-            [*launcher, spec.module, *args],
+            cmd,
             stdin=subprocess.PIPE if spec.stdin_address else subprocess.DEVNULL,
             stdout=subprocess.PIPE if spec.events else self.log, stderr=self.log, text=True, bufsize=1,
             env=env, preexec_fn=_die_with_parent, start_new_session=True,
