@@ -144,6 +144,12 @@ def test_an_actor_that_cannot_be_placed_stops_the_run_and_leaves_no_learner(tmp_
             os.kill(int(pid_file.read_text()), 0)
 
 
+def torchrun_has_shutdown_timeout() -> bool:
+    from torch.distributed.run import get_args_parser
+
+    return any("--shutdown-timeout" in a.option_strings for a in get_args_parser()._actions)
+
+
 def test_torchrun_gives_the_ranks_the_launchers_grace_after_a_signal() -> None:
     """torchrun kills its ranks 30 s after it forwards a signal unless told otherwise; the learner
     needs minutes to checkpoint and evaluate (`GRACE_S`). The flag is read by torch's own parser."""
@@ -152,6 +158,9 @@ def test_torchrun_gives_the_ranks_the_launchers_grace_after_a_signal() -> None:
     from atgrpo.launch.local import GRACE_S, TORCHRUN_SHUTDOWN_S, learner_command
 
     cmd = learner_command(["python", "-m", "atgrpo.cli.learner", "--config", "x.toml"], 4)
+    if not torchrun_has_shutdown_timeout():  # torch 2.11 (the H200 machine's): left out, with a warning
+        assert not any(a.startswith("--shutdown-timeout") for a in cmd)
+        pytest.skip("this torch's torchrun has no --shutdown-timeout (the pin, torch 2.13, has it)")
     assert f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}" in cmd
     args = get_args_parser().parse_args(cmd[3:])
     assert args.shutdown_timeout == TORCHRUN_SHUTDOWN_S and args.nproc_per_node == "4"
