@@ -76,6 +76,14 @@ def start(out: Path, sets: list[str]) -> tuple[subprocess.Popen, Path]:
     return proc, log
 
 
+def start_training(out: Path, cluster: Cluster) -> tuple[subprocess.Popen, Path]:
+    """A run on the cluster, once every process started and step 1 is done (so a fault lands mid-run)."""
+    proc, log = start(out, ray_sets(out, cluster))
+    wait_for(lambda: len(processes(out)) >= 3 or None, 120, "every process to start", proc)
+    wait_for(lambda: reached(out, 1), 120, "step 1", proc)
+    return proc, log
+
+
 def finish(proc: subprocess.Popen, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> int:
     try:
         return proc.wait(timeout=timeout_s)
@@ -149,10 +157,8 @@ def test_killed_actor_is_restarted_and_changes_nothing_but_time(
     cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
 ) -> None:
     out = tmp_path / "kill"
-    proc, log = start(out, ray_sets(out, cluster))
-    victim = wait_for(lambda: next((r for r in processes(out) if r["name"] == "actor0"), None), 120,
-                      "actor0 to start", proc)
-    wait_for(lambda: reached(out, 1), 120, "step 1", proc)
+    proc, log = start_training(out, cluster)
+    victim = next(r for r in processes(out) if r["name"] == "actor0")
     os.kill(victim["pid"], signal.SIGKILL)
     assert finish(proc, log) == 0, log.read_text()[-4000:]
     again = [r for r in processes(out) if r["name"] == "actor0" and r["event"] == "restarted"]
@@ -210,9 +216,7 @@ def test_lost_node_brings_its_actor_back_on_the_other(
     cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
 ) -> None:
     out = tmp_path / "node"
-    proc, log = start(out, ray_sets(out, cluster))
-    wait_for(lambda: len(processes(out)) >= 3 or None, 120, "every process to start", proc)
-    wait_for(lambda: reached(out, 1), 120, "step 1", proc)
+    proc, log = start_training(out, cluster)
     lost = next(r for r in processes(out) if r["name"] == "actor1")
     node = next(n for n in cluster.worker_nodes if n.node_id == lost["node_id"])
     cluster.remove_node(node, allow_graceful=False)
