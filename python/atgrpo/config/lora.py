@@ -72,4 +72,4 @@ def check_lora(cfg: "RunConfig") -> None:
         raise ValueError(f"LoRA policies {lora}: {LORA_ZERO3}")
 
 
-__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "warm_starts_adapter", "lora_group", "serving_rank"]
+__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank", "warm_starts_adapter"]

@@ -105,7 +105,7 @@ class AdapterReference(torch.nn.Module):
             with torch.no_grad():
                 for n, p in adapter.named:
                     live[n.replace(f".{adapter.name}.", f".{self.name}.")].copy_(p)
-            adapter.activate()  # add_adapter leaves the new one's layers untouched, but be explicit
+            adapter.activate()  # peft's add_adapter may change which adapter is active and trainable
         for n, p in adapter.model.named_parameters():
             if f".{self.name}." in n:
                 p.requires_grad_(False)

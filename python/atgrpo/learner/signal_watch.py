@@ -43,8 +43,13 @@ def quiet_policies(samples: Sequence[Sample], advantages: np.ndarray) -> list[st
 class SignalWatch:
     """Rank 0's per-step check: strips the unmeasured metrics and warns of a run that learns nothing."""
 
-    def __init__(self, warn_after: int, notify: Callable[[str, str], None] | None = None, *,
-                 trains_without_advantage: bool = False) -> None:
+    def __init__(
+        self,
+        warn_after: int,
+        notify: Callable[[str, str], None] | None = None,
+        *,
+        trains_without_advantage: bool = False,
+    ) -> None:
         """`notify(level, text)`: how a line reaches the user's console besides the log (the job
         emits it as a `messages.Notice` event). `trains_without_advantage`: the loss has an entropy
         or KL term, so a step with every advantage 0 still trains (its metrics are kept)."""
@@ -56,27 +61,42 @@ class SignalWatch:
         self.warned = False
         self._quiet: set[str] = set()
 
-    def observe(self, step: int, samples: Sequence[Sample], advantages: np.ndarray, metrics: dict) -> None:
+    def observe(
+        self,
+        step: int,
+        samples: Sequence[Sample],
+        advantages: np.ndarray,
+        metrics: dict,
+    ) -> None:
         """Apply step `step`'s verdict to its `metrics` (in place) and log what it means."""
-        quiet = [] if self.trains_without_advantage else quiet_policies(samples, advantages)
+        quiet = (
+            [] if self.trains_without_advantage else quiet_policies(samples, advantages)
+        )
         for p in quiet:
             for name in UNMEASURED:
                 metrics.pop(f"learner/{p}/{name}", None)
-            if p not in self._quiet:  # said once when a quiet stretch starts, not every step
-                self._say("info", f"step {step}: policy {p}: every advantage is 0 (all its groups constant), so nothing "
-                          f"trained it and learner/{p}/logprob_mismatch is not measured (left out of the metrics) until "
-                          "one of its groups differs")
+            if (
+                p not in self._quiet
+            ):  # said once when a quiet stretch starts, not every step
+                self._say(
+                    "info",
+                    f"step {step}: policy {p}: every advantage is 0 (all its groups constant), so nothing "
+                    f"trained it and learner/{p}/logprob_mismatch is not measured (left out of the metrics) until "
+                    "one of its groups differs",
+                )
         self._quiet = set(quiet)
         everything_constant = len(samples) > 0 and not np.any(advantages)
         self.constant_run = self.constant_run + 1 if everything_constant else 0
         if self.warn_after and not self.warned and self.constant_run >= self.warn_after:
             self.warned = True
-            self._say("warning",
+            self._say(
+                "warning",
                 f"the run is learning nothing: every group of the last {self.constant_run} steps (to step {step}) was "
                 "constant (all K rewards equal), so every advantage was 0 and no policy got a policy-gradient signal. Typical cause: "
                 "the model never answers in the required format, so every answer gets the same penalty; warm-start it "
                 "(warmstart.steps > 0, with warmstart.pretrained = true for a path model or an adapter on one) or raise "
-                "rollout.temperature or rollout.k")
+                "rollout.temperature or rollout.k",
+            )
 
     def _say(self, level: str, text: str) -> None:
         log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", text)
@@ -84,4 +104,4 @@ class SignalWatch:
             self.notify(level, text)
 
 
-__all__ = ["SignalWatch", "UNMEASURED", "quiet_policies"]
+__all__ = ["UNMEASURED", "SignalWatch", "quiet_policies"]

@@ -38,7 +38,9 @@ Progress = Callable[[str, int, int, float], None]
 """(policy, step, steps, loss) after each reported warm-start step."""
 
 
-def prepare_models(cfg: RunConfig, progress: Progress | None = None, device: torch.device | None = None) -> None:
+def prepare_models(
+    cfg: RunConfig, progress: Progress | None = None, device: torch.device | None = None
+) -> None:
     """Rank 0, before anything else: every policy's folder (`paths.policy_dir`) exists when it
     returns, and every LoRA policy's warm-started adapter (`paths.warm_adapter_dir`) where it has
     one. The warm start trains on `device` (None: `train.device`); what is saved is the same
@@ -47,12 +49,19 @@ def prepare_models(cfg: RunConfig, progress: Progress | None = None, device: tor
     for p in sorted(cfg.policies):
         _prepare_folder(cfg, p, progress, device)
     for group in lora_bases(cfg):
-        todo = [p for p in group if warm_starts_adapter(cfg, p) and not (warm_adapter_dir(cfg, p) / ADAPTER_WEIGHTS).is_file()]
+        todo = [
+            p
+            for p in group
+            if warm_starts_adapter(cfg, p)
+            and not (warm_adapter_dir(cfg, p) / ADAPTER_WEIGHTS).is_file()
+        ]
         if todo:
             _warm_start_adapters(cfg, group, todo, progress, device)
 
 
-def _prepare_folder(cfg: RunConfig, p: str, progress: Progress | None, device: torch.device) -> None:
+def _prepare_folder(
+    cfg: RunConfig, p: str, progress: Progress | None, device: torch.device
+) -> None:
     folder, source = policy_dir(cfg, p), source_model_dir(cfg, p)
     if folder == source or (folder / "config.json").is_file():
         return  # a path model used as it is, or a model this run already prepared
@@ -67,43 +76,78 @@ def _prepare_folder(cfg: RunConfig, p: str, progress: Progress | None, device: t
     if cfg.policies[p].lora is not None:
         pass  # a LoRA base stays as built: its adapter is what the warm start trains
     elif ws.steps and cfg.task.task not in GAME_TASKS:
-        log.info("[%s] no solver demonstrations for task %s: warm start skipped", p, cfg.task.task)
+        log.info(
+            "[%s] no solver demonstrations for task %s: warm start skipped",
+            p,
+            cfg.task.task,
+        )
     elif ws.steps:
         torch.manual_seed(cfg.run.seed)
-        warm_start(model, _demo_source(cfg, p, tok), pad_id=tok.pad_token_id, steps=ws.steps, lr=ws.lr,
-                   answers_only=not built, on_step=_reporter(p, progress))
-    model.to("cpu").save_pretrained(tmp)  # the folder is the same whichever device trained it
+        warm_start(
+            model,
+            _demo_source(cfg, p, tok),
+            pad_id=tok.pad_token_id,
+            steps=ws.steps,
+            lr=ws.lr,
+            answers_only=not built,
+            on_step=_reporter(p, progress),
+        )
+    model.to("cpu").save_pretrained(
+        tmp
+    )  # the folder is the same whichever device trained it
     if not built:
         copy_model_files(source, tmp)
     tmp.rename(folder)
 
 
-def _warm_start_adapters(cfg: RunConfig, group: list[str], todo: list[str], progress: Progress | None,
-                         device: torch.device) -> None:
+def _warm_start_adapters(
+    cfg: RunConfig,
+    group: list[str],
+    todo: list[str],
+    progress: Progress | None,
+    device: torch.device,
+) -> None:
     """Warm-start the adapters of `todo` (policies of LoRA group `group`) on one copy of their base."""
     base_dir = policy_dir(cfg, group[0])
     tok = load_tokenizer(base_dir)
     ws = cfg.warmstart
-    torch.manual_seed(cfg.run.seed)  # the adapters' A matrices: the same draw on every try
-    model = attach_adapters(load_model(base_dir, dtype="float32", device=str(device)), cfg, group, base_dir)
+    torch.manual_seed(
+        cfg.run.seed
+    )  # the adapters' A matrices: the same draw on every try
+    model = attach_adapters(
+        load_model(base_dir, dtype="float32", device=str(device)), cfg, group, base_dir
+    )
     for p in todo:
         adapter = AdapterWeights(model, p)
         adapter.activate()
-        torch.manual_seed(cfg.run.seed)  # as a full policy's warm start, whichever policies came before
-        warm_start(model, _demo_source(cfg, p, tok), pad_id=tok.pad_token_id, steps=ws.steps, lr=ws.lr,
-                   answers_only=cfg.policies[p].path is not None, on_step=_reporter(p, progress),
-                   params=adapter.parameters())
+        torch.manual_seed(
+            cfg.run.seed
+        )  # as a full policy's warm start, whichever policies came before
+        warm_start(
+            model,
+            _demo_source(cfg, p, tok),
+            pad_id=tok.pad_token_id,
+            steps=ws.steps,
+            lr=ws.lr,
+            answers_only=cfg.policies[p].path is not None,
+            on_step=_reporter(p, progress),
+            params=adapter.parameters(),
+        )
         _write_atomically(warm_adapter_dir(cfg, p), cfg, p, adapter, base_dir)
         log.info("[%s] warm-started adapter saved to %s", p, warm_adapter_dir(cfg, p))
 
 
-def _write_atomically(folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeights, base_dir: Path) -> None:
+def _write_atomically(
+    folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeights, base_dir: Path
+) -> None:
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     lora = cfg.policies[p].lora
     assert lora is not None  # a LoRA group's policy
     write_adapter(tmp, lora, adapter.state_dict(), base_dir)
-    shutil.rmtree(folder, ignore_errors=True)  # a folder without its weights file: a crash's leftover
+    shutil.rmtree(
+        folder, ignore_errors=True
+    )  # a folder without its weights file: a crash's leftover
     tmp.rename(folder)
 
 
@@ -112,8 +156,21 @@ def _demo_source(cfg: RunConfig, p: str, tok) -> Callable[[int], list]:
     prompts show the tool agent's answer, as in every rollout)."""
     from atgrpo.workflows.games import GameWorkflow
 
-    wf, roles, n, ws = GameWorkflow(cfg), cfg.roles_of(p), cfg.warmstart.batch_size, cfg.warmstart
-    return lambda step: demos.make_demos(wf, tok, n, start=step * n, tool_noise=ws.tool_noise, seed=cfg.run.seed, roles=roles)
+    wf, roles, n, ws = (
+        GameWorkflow(cfg),
+        cfg.roles_of(p),
+        cfg.warmstart.batch_size,
+        cfg.warmstart,
+    )
+    return lambda step: demos.make_demos(
+        wf,
+        tok,
+        n,
+        start=step * n,
+        tool_noise=ws.tool_noise,
+        seed=cfg.run.seed,
+        roles=roles,
+    )
 
 
 def _reporter(p: str, progress: Progress | None) -> Callable[[int, int, float], None]:
