@@ -149,19 +149,36 @@ def _rollout_arm(model: Path, engine: str, repeats: int) -> dict:
         handles[p].engine.load_weights(0, {k: torch.randn(v.shape, generator=gen) * 0.01 for k, v in own.items()})
     del shapes
     workflow, ro = make_workflow(cfg), cfg.rollout
-    times, generate, tokens = [], [], 0
+    times, generate, cpu, tokens = [], [], [], 0
     for step in range(repeats + 1):  # step 0 warms up (first-call compilation, caches)
         units = cut_units(0, step, step_seeds(ro.envs_per_step, step), ro.envs_per_unit, split="train",
                           versions={p: 0 for p in policies}, greedy=False)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         samples, _, timings = roll_out_locally(workflow, handles, units, training_sampling(ro), run_id="bench", run_seed=0)
         if step:
             times.append(time.perf_counter() - t0)
+            cpu.append(_cpu_s() - c0)
             generate.append(timings.generate_s)
             tokens += sum(len(x.response_ids) for x in samples)
     workflow.close()
     return {"step_s": statistics.median(times), "generate_s": statistics.median(generate),
-            "tok_s": tokens / sum(times), "start_s": start_s}
+            "cpu_s": statistics.median(cpu), "tok_s": tokens / sum(times), "start_s": start_s}
+
+
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process and its live children (vLLM's engine core runs in
+    one): on a shared machine, less bent by other jobs than the wall clock."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
 
 
 def _child(part: str, model: Path, arm: str, quick: bool) -> dict:
@@ -186,6 +203,8 @@ def engine_rows(rollout: dict[str, dict], recipe_engine: str) -> list[BenchRow]:
                  t["step_s"], False, f"recipe's engine ({recipe_engine}) is the faster", recipe_engine == faster),
         BenchRow(SUITE, "LoRA recipe generate per step, vLLM + LoRA", v["generate_s"], "s", "torch engine + adapters",
                  t["generate_s"], False),
+        BenchRow(SUITE, "LoRA recipe CPU seconds per rollout step, vLLM + LoRA", v["cpu_s"], "s", "torch engine + adapters",
+                 t["cpu_s"], False),
         BenchRow(SUITE, "LoRA recipe rollout tokens/s, vLLM + LoRA", v["tok_s"], "tok/s", "torch engine + adapters",
                  t["tok_s"], True),
         BenchRow(SUITE, "LoRA recipe engine start, vLLM + LoRA", v["start_s"], "s", "torch engine + adapters",
