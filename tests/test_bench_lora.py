@@ -17,23 +17,15 @@ def test_the_lora_recipe_is_the_full_recipe_with_an_adapter_per_role() -> None:
     budget = ("steps", "eval_every", "eval_seeds", "checkpoint_every", "time_limit_s")
     assert all(getattr(mine.run, k) == getattr(full.run, k) for k in budget)
     assert mine.task == full.task and mine.launch == full.launch
-    assert (
-        mine.rollout.model_copy(update={"engine": full.rollout.engine}) == full.rollout
-    )  # the engine: measured
+    assert mine.rollout.model_copy(update={"engine": full.rollout.engine}) == full.rollout  # the engine: measured
     assert (
         mine.warmstart.steps,
         mine.warmstart.batch_size,
         mine.warmstart.pretrained,
     ) == (30, 8, True)
-    assert mine.agent_policy() == {"tool": "tool", "plan": "plan"} and lora_bases(
-        mine
-    ) == [["plan", "tool"]]
-    assert all(
-        pc.path == "@smollm2" and pc.lora is not None for pc in mine.policies.values()
-    )
-    assert all(
-        warm_starts_adapter(mine, p) for p in mine.policies
-    )  # the adapters learn the format first
+    assert mine.agent_policy() == {"tool": "tool", "plan": "plan"} and lora_bases(mine) == [["plan", "tool"]]
+    assert all(pc.path == "@smollm2" and pc.lora is not None for pc in mine.policies.values())
+    assert all(warm_starts_adapter(mine, p) for p in mine.policies)  # the adapters learn the format first
 
 
 def test_the_faster_engine_is_the_recipes_target() -> None:
@@ -42,9 +34,7 @@ def test_the_faster_engine_is_the_recipes_target() -> None:
     rows = lora.engine_rows({"torch": arm, "vllm": slow}, "torch")
     assert lora.faster_engine({"torch": arm, "vllm": slow}) == "torch"
     step = rows[0]
-    assert (
-        step.target_met is True and step.ratio == 0.25
-    )  # vLLM's step against torch's: 4x slower
+    assert step.target_met is True and step.ratio == 0.25  # vLLM's step against torch's: 4x slower
     assert lora.engine_rows({"torch": arm, "vllm": slow}, "vllm")[0].target_met is False
     assert lora.engine_rows({"torch": slow, "vllm": arm}, "vllm")[0].target_met is True
     assert rows[2].ratio == 0.25 and rows[3].ratio == 0.25  # CPU seconds; tokens/s, higher is better

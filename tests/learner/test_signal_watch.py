@@ -51,39 +51,24 @@ def test_quiet_policies_are_those_whose_every_advantage_is_zero() -> None:
     assert quiet_policies([], np.zeros(0)) == []
 
 
-def test_the_mismatch_of_an_untrained_policy_is_not_logged_and_the_console_says_why() -> (
-    None
-):
+def test_the_mismatch_of_an_untrained_policy_is_not_logged_and_the_console_says_why() -> None:
     said: list[tuple[str, str]] = []
     watch = SignalWatch(0, lambda level, text: said.append((level, text)))
     s = samples(["a", "a", "b", "b"])
     m = row("a", "b")
     watch.observe(1, s, np.array([0.0, 0.0, 0.7, -0.7]), m)
-    assert (
-        "learner/a/logprob_mismatch" not in m and m["learner/b/logprob_mismatch"] == 0.0
-    )
+    assert "learner/a/logprob_mismatch" not in m and m["learner/b/logprob_mismatch"] == 0.0
     assert m["learner/a/loss"] == 0.0  # what was measured stays
-    assert (
-        len(said) == 1
-        and said[0][0] == "info"
-        and "policy a" in said[0][1]
-        and "not measured" in said[0][1]
-    )
+    assert len(said) == 1 and said[0][0] == "info" and "policy a" in said[0][1] and "not measured" in said[0][1]
     m = row("a", "b")
-    watch.observe(
-        2, s, np.array([0.0, 0.0, 0.7, -0.7]), m
-    )  # still quiet: not said again
+    watch.observe(2, s, np.array([0.0, 0.0, 0.7, -0.7]), m)  # still quiet: not said again
     assert "learner/a/logprob_mismatch" not in m and len(said) == 1
     watch.observe(3, s, np.array([0.5, -0.5, 0.7, -0.7]), row("a", "b"))
-    watch.observe(
-        4, s, np.array([0.0, 0.0, 0.7, -0.7]), row("a", "b")
-    )  # a new quiet stretch: said anew
+    watch.observe(4, s, np.array([0.0, 0.0, 0.7, -0.7]), row("a", "b"))  # a new quiet stretch: said anew
     assert len(said) == 2 and "step 4" in said[1][1]
 
 
-def test_an_entropy_or_kl_term_trains_without_advantages_so_the_mismatch_stays() -> (
-    None
-):
+def test_an_entropy_or_kl_term_trains_without_advantages_so_the_mismatch_stays() -> None:
     watch = SignalWatch(0, trains_without_advantage=True)
     m = row("a")
     watch.observe(1, samples(["a", "a"]), np.zeros(2), m)
@@ -96,20 +81,12 @@ def test_constant_groups_for_n_steps_warn_once(caplog) -> None:
     s = samples(["a", "a"])
     varied = np.array([0.5, -0.5])
     with caplog.at_level(logging.INFO, logger="atgrpo.learner"):
-        for step, adv in enumerate(
-            [np.zeros(2), np.zeros(2), varied, np.zeros(2), np.zeros(2)], start=1
-        ):
+        for step, adv in enumerate([np.zeros(2), np.zeros(2), varied, np.zeros(2), np.zeros(2)], start=1):
             watch.observe(step, s, adv, row("a"))
-        assert not [
-            w for w in said if w[0] == "warning"
-        ]  # the stretch was broken at step 3
+        assert not [w for w in said if w[0] == "warning"]  # the stretch was broken at step 3
         watch.observe(6, s, np.zeros(2), row("a"))  # steps 4, 5, 6: three in a row
         warnings = [text for level, text in said if level == "warning"]
-        assert (
-            len(warnings) == 1
-            and "last 3 steps (to step 6)" in warnings[0]
-            and "warm-start" in warnings[0]
-        )
+        assert len(warnings) == 1 and "last 3 steps (to step 6)" in warnings[0] and "warm-start" in warnings[0]
         for step in range(7, 12):
             watch.observe(step, s, np.zeros(2), row("a"))
     assert len([w for w in said if w[0] == "warning"]) == 1  # once per run

@@ -36,8 +36,6 @@ def test_constant_rewards_log_no_mismatch_and_warn_once(tmp_path: Path) -> None:
             row,
         )  # not measured, not 0.0
         assert row["learner/shared/loss"] == 0.0 and "learner/shared/tokens" in row
-    assert run.output.count("warning: the run is learning nothing") == 1, run.output[
-        -4000:
-    ]
+    assert run.output.count("warning: the run is learning nothing") == 1, run.output[-4000:]
     assert "every group of the last 2 steps (to step 2) was constant" in run.output
     assert "learner/shared/logprob_mismatch is not measured" in run.output

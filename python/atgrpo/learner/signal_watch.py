@@ -69,15 +69,11 @@ class SignalWatch:
         metrics: dict,
     ) -> None:
         """Apply step `step`'s verdict to its `metrics` (in place) and log what it means."""
-        quiet = (
-            [] if self.trains_without_advantage else quiet_policies(samples, advantages)
-        )
+        quiet = [] if self.trains_without_advantage else quiet_policies(samples, advantages)
         for p in quiet:
             for name in UNMEASURED:
                 metrics.pop(f"learner/{p}/{name}", None)
-            if (
-                p not in self._quiet
-            ):  # said once when a quiet stretch starts, not every step
+            if p not in self._quiet:  # said once when a quiet stretch starts, not every step
                 self._say(
                     "info",
                     f"step {step}: policy {p}: every advantage is 0 (all its groups constant), so nothing "

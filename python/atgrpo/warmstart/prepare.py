@@ -38,9 +38,7 @@ Progress = Callable[[str, int, int, float], None]
 """(policy, step, steps, loss) after each reported warm-start step."""
 
 
-def prepare_models(
-    cfg: RunConfig, progress: Progress | None = None, device: torch.device | None = None
-) -> None:
+def prepare_models(cfg: RunConfig, progress: Progress | None = None, device: torch.device | None = None) -> None:
     """Rank 0, before anything else: every policy's folder (`paths.policy_dir`) exists when it
     returns, and every LoRA policy's warm-started adapter (`paths.warm_adapter_dir`) where it has
     one. The warm start trains on `device` (None: `train.device`); what is saved is the same
@@ -52,16 +50,13 @@ def prepare_models(
         todo = [
             p
             for p in group
-            if warm_starts_adapter(cfg, p)
-            and not (warm_adapter_dir(cfg, p) / ADAPTER_WEIGHTS).is_file()
+            if warm_starts_adapter(cfg, p) and not (warm_adapter_dir(cfg, p) / ADAPTER_WEIGHTS).is_file()
         ]
         if todo:
             _warm_start_adapters(cfg, group, todo, progress, device)
 
 
-def _prepare_folder(
-    cfg: RunConfig, p: str, progress: Progress | None, device: torch.device
-) -> None:
+def _prepare_folder(cfg: RunConfig, p: str, progress: Progress | None, device: torch.device) -> None:
     folder, source = policy_dir(cfg, p), source_model_dir(cfg, p)
     if folder == source or (folder / "config.json").is_file():
         return  # a path model used as it is, or a model this run already prepared
@@ -92,9 +87,8 @@ def _prepare_folder(
             answers_only=not built,
             on_step=_reporter(p, progress),
         )
-    model.to("cpu").save_pretrained(
-        tmp
-    )  # the folder is the same whichever device trained it
+    # The folder is the same whichever device trained it.
+    model.to("cpu").save_pretrained(tmp)
     if not built:
         copy_model_files(source, tmp)
     tmp.rename(folder)
@@ -111,18 +105,14 @@ def _warm_start_adapters(
     base_dir = policy_dir(cfg, group[0])
     tok = load_tokenizer(base_dir)
     ws = cfg.warmstart
-    torch.manual_seed(
-        cfg.run.seed
-    )  # the adapters' A matrices: the same draw on every try
-    model = attach_adapters(
-        load_model(base_dir, dtype="float32", device=str(device)), cfg, group, base_dir
-    )
+    # The adapters' A matrices: the same draw on every try.
+    torch.manual_seed(cfg.run.seed)
+    model = attach_adapters(load_model(base_dir, dtype="float32", device=str(device)), cfg, group, base_dir)
     for p in todo:
         adapter = AdapterWeights(model, p)
         adapter.activate()
-        torch.manual_seed(
-            cfg.run.seed
-        )  # as a full policy's warm start, whichever policies came before
+        # As a full policy's warm start, whichever policies came before.
+        torch.manual_seed(cfg.run.seed)
         warm_start(
             model,
             _demo_source(cfg, p, tok),
@@ -137,17 +127,13 @@ def _warm_start_adapters(
         log.info("[%s] warm-started adapter saved to %s", p, warm_adapter_dir(cfg, p))
 
 
-def _write_atomically(
-    folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeights, base_dir: Path
-) -> None:
+def _write_atomically(folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeights, base_dir: Path) -> None:
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     lora = cfg.policies[p].lora
     assert lora is not None  # a LoRA group's policy
     write_adapter(tmp, lora, adapter.state_dict(), base_dir)
-    shutil.rmtree(
-        folder, ignore_errors=True
-    )  # a folder without its weights file: a crash's leftover
+    shutil.rmtree(folder, ignore_errors=True)  # a folder without its weights file: a crash's leftover
     tmp.rename(folder)
 
 
