@@ -211,8 +211,9 @@ SMOLLM2_TINY = [
     "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=0", "rollout.envs_per_step=2",
     "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", 'rollout.engine="torch"',
 ]
-"""The real-model recipe cut to a few seconds a step (the torch engine starts faster than vLLM; no
-warm start: its full-model steps on 135M weights are not what this test checks)."""
+"""The real-model recipes cut to a few seconds a step (the torch engine starts faster than vLLM; no
+warm start: its steps on 135M weights are not what this test checks, tests/learner/test_lora_warmstart.py
+warm-starts SmolLM2 adapters)."""
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +278,7 @@ def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch
     ("grouping", ("agent", "agent_turn"), TINY),  # agent_turn: ordering's mas_atgrpo runs, read back
     ("alpha", ("alpha0", "alpha1"), TINY),
     ("staleness", ("k0", "k1"), TINY),
-    ("smollm2", ("smollm2",), SMOLLM2_TINY),  # its one arm, two seeds
+    ("smollm2", ("smollm2", "smollm2_lora"), SMOLLM2_TINY),  # full fine-tuning and a LoRA adapter per role
 ])
 def test_each_suite_tables_two_seeds_of_tiny_runs(suites_out: Path, suite: str, arms: tuple[str, ...], extra: list[str],
                                                    smollm2: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from atgrpo.config import load_config
-from atgrpo.config.lora import lora_bases, serving_rank
+from atgrpo.config.lora import lora_bases, serving_rank, warm_starts_adapter
 
 TWO = ["warmstart.steps=0", "role_policy={plan='a', tool='b'}"]
 
@@ -39,9 +39,15 @@ def test_bad_lora_settings_are_refused(override, message):
         load_config(None, [*TWO, "rollout.engine='vllm'", "policies.b.lr=1e-4", override])
 
 
-def test_warm_start_and_zero3_are_refused_with_lora():
-    with pytest.raises(ValidationError, match="share a frozen base"):
-        load_config(None, ["policies.shared.lora={}"])  # planpath warm-starts the built model by default
+def test_zero3_is_refused_with_lora_and_the_warm_start_goes_to_the_adapter():
+    # planpath warm-starts by default: a LoRA policy's adapter (never its base), under the full model's rule
+    cfg = load_config(None, ["policies.shared.lora={}"])
+    assert warm_starts_adapter(cfg, "shared")
+    assert not warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "warmstart.steps=0"]), "shared")
+    assert not warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]), "shared")
+    assert warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'",
+                                                  "warmstart.pretrained=true"]), "shared")
+    assert not warm_starts_adapter(load_config(), "shared")  # a full policy: its model is warm-started instead
     with pytest.raises(ValidationError, match="ZeRO-3 partitions parameters"):
         load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.backend='deepspeed'", "train.zero_stage=3"])
     # the KL reference of an adapter is its base with the adapters off (learner.lora.BaseReference)

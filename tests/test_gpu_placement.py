@@ -185,6 +185,9 @@ def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
     assert (parts["weights"], parts["gradients"], parts["optimizer"]) == (4 * a, 4 * a, 8 * a)
     assert "kl_reference" not in parts  # the base with the adapters off
     assert learner.need() <= 0.95 * 80 * GB
+    # A warm-started adapter's reference is a frozen fp32 copy of it (learner.lora.AdapterReference).
+    warm = load_config(None, [*lora, "warmstart.steps=5"])
+    assert learner_parts(shape, warm, ranks=1, policy="plan")["kl_reference"] == 4 * a
 
 
 # Peak GPU memory (torch.cuda.max_memory_allocated, GB) of three learner steps of a Qwen3-1.7B-shaped

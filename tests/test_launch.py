@@ -8,7 +8,7 @@ import pytest
 from atgrpo.cli.train import DEFAULT_PORT, main as train_main
 from atgrpo.config import load_config
 from atgrpo.launch.local import describe
-from atgrpo.messages import EvalSummary, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress
+from atgrpo.messages import EvalSummary, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress
 
 
 @pytest.mark.parametrize(
@@ -20,6 +20,7 @@ from atgrpo.messages import EvalSummary, HubReady, LearnerEvent, Resumed, RunSum
         (Stopping(7, "signal"), "stopping early at step 7 (signal)"),
         (RunSummary(12, 0.25, 0.375, 12.5), "held-out success (200 eval levels): 25.0% -> 37.5% (+12.5 points) after 12 steps"),
         (HubReady("ipc:///tmp/x"), None),
+        (Notice("warning", "the run is learning nothing: ..."), "warning: the run is learning nothing: ..."),
     ],
 )
 def test_every_event_round_trips_and_reads_as_a_line(event: LearnerEvent, text: str | None) -> None:

@@ -304,4 +304,12 @@ class Failed(msgspec.Struct, tag="failed"):
     error: str
 
 
-LearnerEvent = HubReady | WarmStartProgress | Resumed | EvalSummary | Stopping | Failed | RunSummary
+class Notice(msgspec.Struct, tag="notice"):
+    """Learner -> launcher: something the user should know about the run as it goes (`level`
+    "info" or "warning"), one line of `text` with its reason (`learner.signal_watch`)."""
+
+    level: str
+    text: str
+
+
+LearnerEvent = HubReady | WarmStartProgress | Resumed | EvalSummary | Stopping | Failed | RunSummary | Notice

@@ -2,6 +2,8 @@
 
 - `models/<policy>/`  the policy's initial HF folder (built tiny model, warm-started) unless
   `policies.<p>.path` names one; actors read its config and tokenizer, weights come over the wire.
+  A LoRA policy's is its frozen base (never warm-started: the adapter is).
+- `adapters/<policy>/`  a LoRA policy's warm-started adapter (peft's format), its version 0.
 - `checkpoints/step_<n>/`  resumable checkpoints; `checkpoints/latest` names the newest complete one.
 - `metrics.jsonl`, `tb/`, `learning_curve.png`, `eval.json`.
 """
@@ -21,11 +23,18 @@ def out_dir(cfg: RunConfig) -> Path:
 def policy_dir(cfg: RunConfig, policy: str) -> Path:
     """The policy's initial folder: `policies.<p>.path` itself (`~` expanded; `@smollm2` is the cached
     SmolLM2 import, built on first use), or `out_dir/models/<p>` for a built model and for a path
-    model the learner warm-starts (`warmstart.pretrained`), whose source folder stays untouched."""
-    path = cfg.policies[policy].path
-    if path and not cfg.warmstart.pretrained:
-        return resolve_model_path(path)
+    model the learner warm-starts (`warmstart.pretrained`), whose source folder stays untouched.
+    A LoRA policy's base is never trained, so a path base is always used where it is."""
+    pc = cfg.policies[policy]
+    if pc.path and (not cfg.warmstart.pretrained or pc.lora is not None):
+        return resolve_model_path(pc.path)
     return out_dir(cfg) / "models" / policy
+
+
+def warm_adapter_dir(cfg: RunConfig, policy: str) -> Path:
+    """Where a LoRA policy's warm-started adapter is kept (peft's folder format): the adapter the
+    learner starts it from, if the folder exists (`warmstart.prepare`)."""
+    return out_dir(cfg) / "adapters" / policy
 
 
 def source_model_dir(cfg: RunConfig, policy: str) -> Path | None:

@@ -15,14 +15,16 @@ from deepspeed_cases import make_steps, total_tokens
 from test_deepspeed import assert_metrics_close, ds_backend, world_of_one  # noqa: F401  (fixture)
 from test_precision import linear_output_dtypes, see_outer_autocast_as_on_a_gpu
 from test_lora import lora_config, plan, randomise
+from test_lora_warmstart import warm_config
 
 from atgrpo.errors import CheckpointLoadError
 from atgrpo.learner.backends import TorchBackend, make_backend
 from atgrpo.learner.logprobs import loss_inputs, token_logprobs
-from atgrpo.learner.lora import load_shared_bases
+from atgrpo.learner.lora import AdapterReference, load_shared_bases
 from atgrpo.learner.trainer import Trainer, loss_config
 from atgrpo.models.folder import load_model
 from atgrpo.paths import policy_dir
+from atgrpo.warmstart.prepare import prepare_models
 
 
 LR = 1e-3
@@ -182,3 +184,32 @@ def test_kl_reference_is_the_base_with_adapters_off(world_of_one, tmp_path, back
     assert kl_and_ref() > 0.0  # the policy left its reference, which stayed the base
     shared = {k.replace(".base_layer.", "."): v for k, v in be.model.get_base_model().state_dict().items() if ".lora_" not in k}
     assert all(torch.equal(shared[k], v) for k, v in base_before.items())  # the base never moved
+
+
+@pytest.mark.parametrize("backend", ["torch", "deepspeed"])
+def test_kl_reference_of_a_warm_started_adapter_stays_that_adapter(world_of_one, tmp_path, backend):
+    """A warm-started adapter's reference is the adapter as warm-started (learner.lora.AdapterReference),
+    also when DeepSpeed owns the adapter's parameters: equal to the policy at the start, unmoved by steps."""
+    cfg = warm_config(tmp_path, "train.kl_coef=0.5", f"train.backend='{backend}'", "train.zero_stage=2", f"policies.a.lr={LR}")
+    prepare_models(cfg)
+    trainer = Trainer(cfg)
+    be = trainer.backends["a"]
+    assert isinstance(be.ref_model, AdapterReference)
+    steps = make_steps(policy_dir(cfg, "a"))
+    mb = steps[1][0]
+    lcfg = loss_config(cfg)
+    rows = mb.loss_mask[:, 1:]
+
+    def ref_and_policy():
+        be.adapter.activate()
+        with torch.no_grad():
+            got = loss_inputs(be.engine if backend == "deepspeed" else be.model, mb, lcfg, be.ref_model)
+        return got.ref_logp[rows], got.logp[rows]
+
+    ref0, start = ref_and_policy()
+    torch.testing.assert_close(ref0, start)  # the reference is where the policy starts
+    for i in range(3):
+        trainer.train(plan({"a": steps[i][:2]}))
+    ref1, now = ref_and_policy()
+    assert (now - start).abs().max() > 1e-4  # the policy moved ...
+    assert torch.equal(ref1, ref0)  # ... its reference did not

@@ -4,6 +4,7 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
     atgrpo-bench learning ordering                    # SA+GRPO .. MAS+AT-GRPO, 3 seeds
     atgrpo-bench learning grouping --seeds 0,1        # two seeds only
     atgrpo-bench learning alpha --only alpha0,alpha1 --steps 100
+    atgrpo-bench learning smollm2                     # SmolLM2: full fine-tuning vs LoRA per role, 2 seeds
     atgrpo-bench learning                             # the suite `staleness` (k=0 vs k=1, equal wall time)
     atgrpo-bench learning report ordering             # the published table, rebuilt from docs/results/ordering.json
 
@@ -115,8 +116,12 @@ SUITES = {s.name: s for s in (
             doc=f"reward = {a:g} * team + local", shared="default" if a == 1.0 else None)
         for a in (0.0, 0.5, 1.0)
     ), reference="alpha1", doc="the mix of team and local reward (task.env.alpha) on the default demo"),
-    Suite("smollm2", (Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),),
-          reference="smollm2", seeds=(0, 1), steps=None, model_seed=False, doc="the real-model recipe"),
+    Suite("smollm2", (
+        Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),
+        Arm("smollm2_lora", (), "train_smollm2_lora.toml", policies=("tool", "plan"),
+            doc="the same task and time limit, one LoRA adapter per role on one frozen SmolLM2 base (docs/lora.md)"),
+    ), reference="smollm2", seeds=(0, 1), steps=None, model_seed=False,
+        doc="the real-model recipe: full fine-tuning against a LoRA adapter per role"),
     Suite("staleness", (
         Arm("k0", ("train.max_staleness=0",), doc="strict on-policy streaming"),
         Arm("k1", ("train.max_staleness=1",), doc="pipelined, samples up to one version old"),

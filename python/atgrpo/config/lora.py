@@ -49,27 +49,27 @@ def serving_rank(cfg: "RunConfig", group: list[str]) -> int:
     return next(r for r in VLLM_LORA_RANKS if r >= need)
 
 
-def check_lora(cfg: "RunConfig") -> None:
-    """ValueError for a LoRA setting the run cannot honour (called by `RunConfig`'s validation)."""
+def warm_starts_adapter(cfg: "RunConfig", policy: str) -> bool:
+    """Whether LoRA policy `policy`'s adapter is warm-started on its roles' solver demonstrations
+    before RL (`warmstart.prepare`): under the rule a full policy's model follows (a game task,
+    `warmstart.steps` > 0, a built base or `warmstart.pretrained`). The base is never trained."""
     from atgrpo.config.task import GAME_TASKS
 
+    pc, ws = cfg.policies[policy], cfg.warmstart
+    return pc.lora is not None and ws.steps > 0 and cfg.task.task in GAME_TASKS and (pc.path is None or ws.pretrained)
+
+
+def check_lora(cfg: "RunConfig") -> None:
+    """ValueError for a LoRA setting the run cannot honour (called by `RunConfig`'s validation)."""
     lora = [p for p in sorted(cfg.policies) if cfg.policies[p].lora is not None]
     if not lora:
         return
-    ws = cfg.warmstart
     for p in lora:
         pc = cfg.policies[p]
-        warm = ws.steps > 0 and cfg.task.task in GAME_TASKS and (pc.path is None or ws.pretrained)
-        if warm:
-            raise ValueError(
-                f"policies.{p}.lora: the warm start would fine-tune this policy's base on its own roles' "
-                "demonstrations, so LoRA policies would no longer share a frozen base; set warmstart.steps = 0, "
-                "or warm-start a model first and name it in policies.<p>.path"
-            )
         if cfg.rollout.engine == "vllm" and pc.lora.r > VLLM_LORA_RANKS[-1]:  # type: ignore[union-attr]
             raise ValueError(f"policies.{p}.lora.r = {pc.lora.r}: vLLM serves ranks up to {VLLM_LORA_RANKS[-1]}")  # type: ignore[union-attr]
     if cfg.train.backend == "deepspeed" and cfg.train.zero_stage == 3:
         raise ValueError(f"LoRA policies {lora}: {LORA_ZERO3}")
 
 
-__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank"]
+__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank", "warm_starts_adapter"]

@@ -429,3 +429,6 @@ class MetricsSection(Section):
     """Write TensorBoard events under out_dir (metrics.jsonl is always written)."""
     wandb: bool = False
     """Log to Weights & Biases too (needs `wandb` installed and configured)."""
+    warn_constant_steps: int = Field(default=5, ge=0)
+    """Warn once (with the reason) when every advantage group of this many steps in a row was
+    constant: every advantage 0, so nothing trains (`learner.signal_watch`); 0: never warn."""

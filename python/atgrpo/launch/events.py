@@ -12,7 +12,9 @@ import msgspec
 
 from atgrpo.config import RunConfig
 from atgrpo.launch.progress import Progress
-from atgrpo.messages import EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress
+from atgrpo.messages import (
+    EvalSummary, Failed, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress,
+)
 
 
 def describe(event: LearnerEvent, cfg: RunConfig) -> str | None:
@@ -27,6 +29,8 @@ def describe(event: LearnerEvent, cfg: RunConfig) -> str | None:
         return f"stopping early at step {event.step} ({event.reason})"
     if isinstance(event, Failed):
         return f"learner error: {event.error}"
+    if isinstance(event, Notice):
+        return f"{event.level}: {event.text}"
     if isinstance(event, RunSummary) and event.eval_start is not None and event.eval_end is not None:
         return (f"held-out success ({cfg.run.eval_seeds} eval levels): {100 * event.eval_start:.1f}% -> "
                 f"{100 * event.eval_end:.1f}% ({event.improvement_points:+.1f} points) after {event.steps} steps")

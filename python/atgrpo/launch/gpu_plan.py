@@ -14,7 +14,8 @@ or whose vLLM engine would refuse to start, is refused with the numbers instead.
 - **LoRA policies** (`learner.lora`): one fp32 frozen base per group of policies on one base
   (plus autocast's bf16 copy of it under bf16), and per policy only its adapter's weights,
   gradients and AdamW moments (fp32 at every ZeRO stage, `deepspeed_config`) and its activations.
-  Their KL reference is the base with the adapters off, so it costs nothing.
+  Their KL reference is the base with the adapters off (nothing), or for a warm-started adapter a
+  frozen fp32 copy of it (`learner.lora.AdapterReference`: the adapter's size).
 - **vLLM engines**: `rollout.vllm_gpu_memory_utilization` x the GPU's memory per actor. vLLM
   reserves that much at start and refuses to start unless it is free then, so it counts in full.
 - **torch engines**: their weights in the rollout dtype and the KV cache of one generate call.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atgrpo.config import RunConfig
-from atgrpo.config.lora import lora_bases
+from atgrpo.config.lora import lora_bases, warm_starts_adapter
 from atgrpo.errors import PlacementError
 from atgrpo.placement import actor_gpus as _actor_gpus
 from atgrpo.placement import colocated
@@ -131,7 +132,7 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int, policy: str | N
     lora = cfg.policies[policy].lora if policy is not None else None
     if lora is not None:
         # fp32 adapter, gradients and AdamW moments at every stage; ZeRO 1-2 split the moments and
-        # (2) the gradients; no KL copy (the base with the adapters off is the reference).
+        # (2) the gradients.
         a = shape.adapter_params(lora.r, lora.target_modules)
         weights, grads, optim = 4 * a, 4 * a, 8 * a
         if tr.backend == "deepspeed":
@@ -186,6 +187,8 @@ def learner_parts(shape: ModelShape, cfg: RunConfig, ranks: int, policy: str | N
         parts["buckets"] = 4 * bucket_elements(trained) + (2 * min(10**9, trained) if tr.zero_stage == 3 else 0)
     if tr.kl_coef and lora is None:
         parts["kl_reference"] = compute * n
+    elif tr.kl_coef and policy is not None and warm_starts_adapter(cfg, policy):
+        parts["kl_reference"] = 4 * a  # the warm-started adapter's frozen fp32 copy; no copy of the base
     return parts
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+RAY_THREAD_VARS = ("OMP_NUM_THREADS",)
+"""What Ray's worker sets from the reserved CPUs and a child should not inherit."""
 
 
 def _die_with_parent() -> None:
@@ -96,6 +98,11 @@ class ProcessHost:
         self.log.write(f"--- {spec.name} started by Ray on {socket.gethostname()} ({node_ip()}), host pid {os.getpid()}\n")
         self.log.flush()
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+        # Ray sets OMP_NUM_THREADS to the actor's reserved CPUs (1 by default); the child's threads
+        # follow atgrpo's own settings instead (launch.learner_threads / actor_threads), as on one host.
+        for var in RAY_THREAD_VARS:
+            if var not in spec.env:
+                env.pop(var, None)
         self.child = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE if spec.stdin_address else subprocess.DEVNULL,

@@ -39,7 +39,7 @@ from atgrpo.launch.local import GRACE_S, Terminated, _raise_terminated
 from atgrpo.launch.ray_cluster import NAMESPACE, Bundle, bundles, cluster_gpu_bytes, connect, reserve
 from atgrpo.launch.ray_host import ChildSpec, ProcessHost
 
-POLL_S = 0.25
+POLL_S = 0.5
 """How often the driver asks the hosts how their processes are."""
 HOST_START_S = 120.0
 """How long the learner's host may take to answer its first call (Ray starts a worker for it)."""

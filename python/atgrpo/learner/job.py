@@ -36,9 +36,10 @@ from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.orchestrator import Orchestrator, rollout_metrics
 from atgrpo.learner.packing import broadcast_flag, scatter_plans
+from atgrpo.learner.signal_watch import SignalWatch
 from atgrpo.learner.trainer import Trainer
 from atgrpo.messages import (
-    EvalSummary, Failed, HubReady, LearnerEvent, Resumed, RunSummary, Stopping, WarmStartProgress,
+    EvalSummary, Failed, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress,
 )
 from atgrpo.metrics import MetricsWriter, plot_learning_curve
 from atgrpo.models.folder import load_tokenizer, model_facts
@@ -162,6 +163,8 @@ class _Rank0:
         self.hub = hub
         self.orchestrator = orchestrator
         self.metrics = MetricsWriter(out_dir(cfg), tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb)
+        self.signal = SignalWatch(cfg.metrics.warn_constant_steps, lambda level, text: emit(Notice(level, text)),
+                                  trains_without_advantage=bool(cfg.train.entropy_coef or cfg.train.kl_coef))
 
     def evaluate(self, label: str, step: int) -> EvalSummary:
         summary = self.orchestrator.evaluate(label, step)
@@ -230,6 +233,7 @@ def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0
             assert rank0.orchestrator.last is not None
             data, adv = rank0.orchestrator.last
             metrics.update(adv.metrics())
+            rank0.signal.observe(state.step, data.samples, adv.values, metrics)
             metrics.update({"learner/groups": float(adv.num_groups), "learner/samples": float(len(data.samples))})
             metrics.update(rollout_metrics(data))
             metrics.update(rank0.hub.metrics())

@@ -54,6 +54,8 @@ class AdapterWeights:
         self.named = [(n, p) for n, p in model.named_parameters() if any(m in n for m in marker)]
         if not self.named:
             raise ValueError(f"policy {policy}: the model has no adapter {self.name}")
+        self.warm_started = False
+        """True once loaded from a warm-started adapter (`learner.lora.load_shared_bases`)."""
 
     def activate(self) -> None:
         """Make this adapter the one the forward applies (and the only one requiring gradients)."""

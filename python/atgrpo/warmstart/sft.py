@@ -10,7 +10,7 @@ The model is trained in place and left in eval mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -33,6 +33,7 @@ def warm_start(
     lr: float,
     answers_only: bool = False,
     on_step: Callable[[int, int, float], None] | None = None,
+    params: Iterable[torch.nn.Parameter] | None = None,
 ) -> list[float]:
     """Train `model` for `steps` AdamW steps, step s on the pairs `make_pairs(s)` (one batch);
     returns the loss per step (mean negative log-likelihood per response token).
@@ -42,10 +43,14 @@ def warm_start(
 
     `answers_only`: the shared-prefix layout, which computes logits at response positions only
     (worth it with a real vocabulary: ~49k logits per prompt position otherwise). Same loss up to
-    float rounding."""
+    float rounding.
+
+    `params`: the parameters trained (default: all of `model`'s); a LoRA policy's adapter, whose
+    base and sibling adapters then get no update and no optimizer state."""
     if steps <= 0:
         return []
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    trained = list(model.parameters() if params is None else params)
+    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     model.train()
     losses = []
     for step in range(steps):
@@ -56,7 +61,7 @@ def warm_start(
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        torch.nn.utils.clip_grad_norm_(trained, GRAD_CLIP)
         opt.step()
         losses.append(loss.item())
         if on_step is not None and (step % min(25, max(1, steps // 8)) == 0 or step == steps - 1):

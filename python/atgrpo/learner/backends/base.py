@@ -42,7 +42,7 @@ import torch
 
 from atgrpo.learner.host_staging import HostStager
 from atgrpo.learner.logprobs import loss_inputs
-from atgrpo.learner.lora import AdapterWeights, BaseReference
+from atgrpo.learner.lora import AdapterReference, AdapterWeights, BaseReference
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.learner.microbatch import MicroBatch
 from atgrpo.models.tied import without_aliases
@@ -160,10 +160,11 @@ def as_fp32_master(model: torch.nn.Module) -> torch.nn.Module:
 def kl_reference(model: torch.nn.Module, adapter: AdapterWeights | None, dtype: torch.dtype):
     """The KL reference of a policy, its initial policy frozen, for both backends: a full policy's
     is a deep copy of `model` (its initial weights), forward only, in the compute `dtype`; a LoRA
-    policy's is its shared base with the adapters off (`learner.lora.BaseReference`), no copy.
-    Call it before anything (DeepSpeed included) has touched `model`."""
+    policy's is its shared base with the adapters off (`learner.lora.BaseReference`), no copy, or,
+    for a warm-started adapter, a frozen copy of that adapter on the shared base
+    (`learner.lora.AdapterReference`). Call it before anything (DeepSpeed included) has touched `model`."""
     if adapter is not None:
-        return BaseReference(adapter.model)
+        return AdapterReference(adapter) if adapter.warm_started else BaseReference(adapter.model)
     return copy.deepcopy(model).eval().requires_grad_(False).to(dtype)
 
 
