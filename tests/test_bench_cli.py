@@ -16,7 +16,9 @@ def test_bench_cli_writes_a_table_and_json(suite: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "atgrpo.bench.cli", suite, "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     assert "ratio" in result.stdout
@@ -37,7 +39,9 @@ def test_transport_bench_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "transport.json"
     result = subprocess.run(
         [sys.executable, "-m", "atgrpo.bench.cli", "transport", "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "ratio" in result.stdout
@@ -68,18 +72,27 @@ def test_engines_bench_reports_every_ratio(smollm2, tmp_path: Path) -> None:
     out = tmp_path / "engines.json"
     result = subprocess.run(
         [sys.executable, "-m", "atgrpo.bench.cli", "engines", "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "ratio" in result.stdout
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
     identity = {f"{e} engine greedy tokens identical to transformers, batch 4" for e in ("vllm", "torch")}
     assert set(rows) == identity | {
-        "vllm engine tokens/s, batch 4", "torch engine tokens/s, batch 4", "vllm engine weight reload",
-        "torch engine weight reload", "vllm engine vs learner logprob mismatch", "torch engine vs learner logprob mismatch",
+        "vllm engine tokens/s, batch 4",
+        "torch engine tokens/s, batch 4",
+        "vllm engine weight reload",
+        "torch engine weight reload",
+        "vllm engine vs learner logprob mismatch",
+        "torch engine vs learner logprob mismatch",
     }
-    assert all(r["value"] > 0 and r["reference_value"] > 0 and r["ratio"] > 0
-               for name, r in rows.items() if name not in identity)
+    assert all(
+        r["value"] > 0 and r["reference_value"] > 0 and r["ratio"] > 0
+        for name, r in rows.items()
+        if name not in identity
+    )
     # fp32 greedy decoding may part from transformers' after a near tie, so identity is a share, not a must.
     for name in identity:
         assert 0.0 <= rows[name]["value"] <= 1.0 and 0.0 <= rows[name]["extra"]["agreeing_prefix"] <= 1.0

@@ -45,9 +45,14 @@ def test_the_vllm_lines_say_what_they_check(monkeypatch, capsys, tmp_path):
     vLLM's CPU build in `test_the_vllm_child_runs_on_the_cpu_build`)."""
     from atgrpo.bench.gpu_vllm import CHECKS
 
-    result = {"start_s": 40.0, "runner": "V2", "mismatch": {"mean": 2e-4, "max": 0.01, "tokens": 100},
-              "reload": {"seconds": 0.5, "changed": 4, "prompts": 4, "tensors": 3},
-              "restored": {"same": 4, "prompts": 4}, "sleep": {"freed_gb": 30.0, "same": 4, "prompts": 4}}
+    result = {
+        "start_s": 40.0,
+        "runner": "V2",
+        "mismatch": {"mean": 2e-4, "max": 0.01, "tokens": 100},
+        "reload": {"seconds": 0.5, "changed": 4, "prompts": 4, "tensors": 3},
+        "restored": {"same": 4, "prompts": 4},
+        "sleep": {"freed_gb": 30.0, "same": 4, "prompts": 4},
+    }
 
     def child(cmd, **kwargs):
         Path(cmd[4]).write_text(json.dumps(result))
@@ -56,7 +61,9 @@ def test_the_vllm_lines_say_what_they_check(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu.subprocess, "run", child)
     rows = gpu._vllm_rows(tmp_path, "cuda", "tiny", quick=True)
     out = capsys.readouterr().out
-    assert [r.extra["checks"] for r in rows] == [CHECKS[k] for k in ("runner", "mismatch", "reload", "restored", "sleep")]
+    assert [r.extra["checks"] for r in rows] == [
+        CHECKS[k] for k in ("runner", "mismatch", "reload", "restored", "sleep")
+    ]
     assert rows[0].name.startswith("vLLM model runner: V2") and rows[1].target_met
     assert "4/4 greedy outputs changed" in rows[2].name and "4/4 outputs as before" in rows[4].name
     assert all(f"  {k}: {v}" in out for k, v in CHECKS.items())
@@ -86,11 +93,25 @@ def test_the_scale_check_fails_when_updates_do_not_land(monkeypatch):
 
 @pytest.mark.parametrize("device", ["cpu"])
 def test_two_ranks_train_equal_replicas(tmp_path, device):
-    folder = build_tiny_model(TinyModelSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1), tmp_path)
+    folder = build_tiny_model(
+        TinyModelSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1), tmp_path
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "atgrpo.bench.gpu_ranks", str(folder), "--device", device],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "atgrpo.bench.gpu_ranks",
+            str(folder),
+            "--device",
+            device,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("checksums") == 2
@@ -100,8 +121,12 @@ def test_the_vllm_child_runs_on_the_cpu_build(smollm2, tmp_path):
     """`atgrpo-bench gpu`'s vLLM check on vLLM's CPU build (V1 runner, no sleep): the published set
     (SmolLM2's tied head once) reloads, changes the outputs, and the originals bring them back."""
     out = tmp_path / "vllm.json"
-    done = subprocess.run([sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(smollm2), str(out), "--device", "cpu", "--quick"],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(smollm2), str(out), "--device", "cpu", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(out.read_text())
     assert got["runner"] == "V1" and got["mismatch"]["mean"] <= gpu.MISMATCH_BOUND

@@ -66,8 +66,15 @@ def test_a_resumed_runs_curve_counts_each_step_once_and_not_the_stop() -> None:
     tr = lambda step, t, dur: {"step": step, "time": t, "time/step_s": dur}  # noqa: E731
     # Session 1: eval, steps 1-3 (eval after 2), cut after step 3; session 2, an hour later, resumes
     # from step 2's checkpoint: step 3 again (its row replaces session 1's), then the last eval.
-    rows = [ev(0, 0.0, 0.1, 9.0), tr(1, 60.0, 60.0), tr(2, 120.0, 60.0), ev(2, 150.0, 0.2, 30.0), tr(3, 210.0, 60.0),
-            tr(3, 3900.0, 120.0), ev(3, 3930.0, 0.4, 30.0)]
+    rows = [
+        ev(0, 0.0, 0.1, 9.0),
+        tr(1, 60.0, 60.0),
+        tr(2, 120.0, 60.0),
+        ev(2, 150.0, 0.2, 30.0),
+        tr(3, 210.0, 60.0),
+        tr(3, 3900.0, 120.0),
+        ev(3, 3930.0, 0.4, 30.0),
+    ]
     assert learning.held_out_curve(rows) == [(0, 0.0, 0.1), (2, 2.5, 0.2), (3, 5.0, 0.4)]
     assert learning.held_out_curve([ev(0, 5.0, 0.3, 9.0)]) == [(0, 0.0, 0.3)]  # prompt-only: the start alone
 
@@ -81,7 +88,13 @@ def test_runs_compute_on_the_pinned_instruction_set_unless_the_caller_picks_one(
 
 
 def _run(start: float, end: float, steps: int, minutes: float) -> learning.RunResult:
-    return learning.RunResult(start, end, steps, 60.0 * (minutes + 1), [(0, 0.0, start), (steps, minutes, end)] if steps else [(0, 0.0, start)])
+    return learning.RunResult(
+        start,
+        end,
+        steps,
+        60.0 * (minutes + 1),
+        [(0, 0.0, start), (steps, minutes, end)] if steps else [(0, 0.0, start)],
+    )
 
 
 def test_report_arithmetic(tmp_path: Path) -> None:
@@ -92,7 +105,9 @@ def test_report_arithmetic(tmp_path: Path) -> None:
     }
     out = report("demo", "ref", results, tmp_path)
     ref = out["arms"]["ref"]
-    assert ref["final"]["mean"] == pytest.approx(0.55, rel=REL) and ref["final"]["sd"] == pytest.approx(math.sqrt(0.005), rel=1e-9)
+    assert ref["final"]["mean"] == pytest.approx(0.55, rel=REL) and ref["final"]["sd"] == pytest.approx(
+        math.sqrt(0.005), rel=1e-9
+    )
     assert ref["gain"]["mean"] == pytest.approx(0.4, rel=REL) and ref["gain"]["sd"] == pytest.approx(0.0, abs=1e-15)
     assert ref["wall_min"]["mean"] == pytest.approx(6.0, rel=REL)
     fast = out["paired"]["fast"]["final"]  # diffs -0.3, -0.2
@@ -155,15 +170,21 @@ def test_a_variant_never_reads_back_or_overwrites_the_suites_own() -> None:
     assert learning.variant_overrides(s, 100, ["rollout.k=8"]) == ["--set rollout.k=8"]
     assert learning.variant_overrides(s, 20, []) == ["--steps 20"]
     assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]).parent == Path("/r")
-    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != learning.report_dir(Path("/r"), s, steps=20)
+    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != learning.report_dir(
+        Path("/r"), s, steps=20
+    )
 
 
 def test_the_ordering_arms_are_the_papers() -> None:
     arms = {a.name: a for a in learning.SUITES["ordering"].arms}
     sa = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
     assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
-    roles = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo_roles"], 3, Path("/x"), None, []))
-    default = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo"], 3, Path("/x"), None, []))
+    roles = load_config(
+        None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo_roles"], 3, Path("/x"), None, [])
+    )
+    default = load_config(
+        None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo"], 3, Path("/x"), None, [])
+    )
     assert roles.agent_policy() == {"tool": "tool", "plan": "plan"}  # the paper's "one policy per role" row
     assert all(p == default.policies["shared"] for p in roles.policies.values())  # else the default's policy
     assert (roles.rollout, roles.task, roles.warmstart) == (default.rollout, default.task, default.warmstart)
@@ -183,7 +204,9 @@ def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytes
     assert not tmp_path.joinpath("ordering").exists()  # refused before any run
     # A run that fails (here a config atgrpo-train refuses at once) stops the suite, naming its log.
     ordering = learning.SUITES["ordering"]
-    bad = learning.run_dir(tmp_path, ordering, next(a for a in ordering.arms if a.name == "mas_prompt"), 0, extra=["rollout.k=0"])
+    bad = learning.run_dir(
+        tmp_path, ordering, next(a for a in ordering.arms if a.name == "mas_prompt"), 0, extra=["rollout.k=0"]
+    )
     with pytest.raises(LearningSuiteError, match=r"mas_prompt-[0-9a-f]+/seed0 failed \(exit [1-9].*bench\.log"):
         learning.run_suite(ordering, out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
     assert "k, envs_per_step and envs_per_unit must be >= 1" in (bad / "bench.log").read_text()
@@ -200,16 +223,34 @@ def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytes
 
 
 TINY = [
-    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=2", "warmstart.batch_size=4", "rollout.envs_per_step=2",
-    "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", "task.turns=2", "task.env={width=6,height=6}",
-    "launch.actors=1", "policies.shared.tiny.hidden_size=32", "policies.shared.tiny.num_layers=1",
-    "policies.shared.tiny.intermediate_size=64", "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1",
+    "run.eval_seeds=2",
+    "run.eval_every=1",
+    "warmstart.steps=2",
+    "warmstart.batch_size=4",
+    "rollout.envs_per_step=2",
+    "rollout.envs_per_unit=2",
+    "rollout.k=2",
+    "rollout.max_new_tokens=8",
+    "task.turns=2",
+    "task.env={width=6,height=6}",
+    "launch.actors=1",
+    "policies.shared.tiny.hidden_size=32",
+    "policies.shared.tiny.num_layers=1",
+    "policies.shared.tiny.intermediate_size=64",
+    "policies.shared.tiny.num_heads=2",
+    "policies.shared.tiny.num_kv_heads=1",
 ]
 
 
 SMOLLM2_TINY = [
-    "run.eval_seeds=2", "run.eval_every=1", "warmstart.steps=0", "rollout.envs_per_step=2",
-    "rollout.envs_per_unit=2", "rollout.k=2", "rollout.max_new_tokens=8", 'rollout.engine="torch"',
+    "run.eval_seeds=2",
+    "run.eval_every=1",
+    "warmstart.steps=0",
+    "rollout.envs_per_step=2",
+    "rollout.envs_per_unit=2",
+    "rollout.k=2",
+    "rollout.max_new_tokens=8",
+    'rollout.engine="torch"',
 ]
 """The real-model recipes cut to a few seconds a step (the torch engine starts faster than vLLM; no
 warm start: its steps on 135M weights are not what this test checks, tests/learner/test_lora_warmstart.py
@@ -267,21 +308,31 @@ def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch
         raise AssertionError("a finished run was run again")
 
     monkeypatch.setattr(learning, "run_one", rerun)
-    again = learning.run_suite(learning.SUITES["ordering"], out=suites_out, seeds=(0, 1), steps=1,
-                               only=("mas_prompt", "mas_atgrpo"), extra=TINY)
+    again = learning.run_suite(
+        learning.SUITES["ordering"],
+        out=suites_out,
+        seeds=(0, 1),
+        steps=1,
+        only=("mas_prompt", "mas_atgrpo"),
+        extra=TINY,
+    )
     assert again["table"] == summary["table"]
     with pytest.raises(LearningSuiteError, match="no arm"):
         learning.run_suite(learning.SUITES["ordering"], out=suites_out, only=("nope",))
 
 
-@pytest.mark.parametrize(("suite", "arms", "extra"), [
-    ("grouping", ("agent", "agent_turn"), TINY),  # agent_turn: ordering's mas_atgrpo runs, read back
-    ("alpha", ("alpha0", "alpha1"), TINY),
-    ("staleness", ("k0", "k1"), TINY),
-    ("smollm2", ("smollm2", "smollm2_lora"), SMOLLM2_TINY),  # full fine-tuning and a LoRA adapter per role
-])
-def test_each_suite_tables_two_seeds_of_tiny_runs(suites_out: Path, suite: str, arms: tuple[str, ...], extra: list[str],
-                                                   smollm2: Path) -> None:
+@pytest.mark.parametrize(
+    ("suite", "arms", "extra"),
+    [
+        ("grouping", ("agent", "agent_turn"), TINY),  # agent_turn: ordering's mas_atgrpo runs, read back
+        ("alpha", ("alpha0", "alpha1"), TINY),
+        ("staleness", ("k0", "k1"), TINY),
+        ("smollm2", ("smollm2", "smollm2_lora"), SMOLLM2_TINY),  # full fine-tuning and a LoRA adapter per role
+    ],
+)
+def test_each_suite_tables_two_seeds_of_tiny_runs(
+    suites_out: Path, suite: str, arms: tuple[str, ...], extra: list[str], smollm2: Path
+) -> None:
     summary = run_tiny(suites_out, suite, arms, extra)
     ref = learning.SUITES[suite].reference
     for name in arms:
@@ -302,8 +353,16 @@ def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monk
         learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
     fake_finished_run(tmp_path, suite, "alpha0", 1)
     summary = learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
-    assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(0.25)
-    assert summary["missing"] == ["alpha0 seed 0", "alpha0_5 seed 0", "alpha0_5 seed 1", "alpha1 seed 0", "alpha1 seed 1"]
+    assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(
+        0.25
+    )
+    assert summary["missing"] == [
+        "alpha0 seed 0",
+        "alpha0_5 seed 0",
+        "alpha0_5 seed 1",
+        "alpha1 seed 0",
+        "alpha1 seed 1",
+    ]
     assert "Not run yet (5): alpha0 seed 0," in summary["table"]
 
 
@@ -314,8 +373,10 @@ def fake_finished_run(out: Path, suite: learning.Suite, name: str, seed: int, ma
     folder = learning.run_dir(out, suite, arm, seed)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
-    (folder / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
-                                          '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n')
+    (folder / "metrics.jsonl").write_text(
+        '{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
+        '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n'
+    )
     sets = [*learning.run_sets(suite, arm, seed, folder.resolve(), None, []), *made_with]
     (folder / "config.toml").write_text(load_config(None, sets).to_toml())
     return folder
@@ -364,19 +425,34 @@ def test_the_prompt_templates_are_part_of_a_run(tmp_path: Path, monkeypatch: pyt
         learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
 
 
-def test_the_runner_writes_the_stored_format_with_where_each_run_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_runner_writes_the_stored_format_with_where_each_run_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from atgrpo.bench.learning_results import load, render
 
     monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
     folder = fake_finished_run(tmp_path, learning.SUITES["alpha"], "alpha0", 1)
-    meta = {"wall_s": 60.0, "cpu": "Some CPU", "cores": 2, "commit": "abc", "session": "s1",
-            "prompts_digest": learning.prompts_digest()}
+    meta = {
+        "wall_s": 60.0,
+        "cpu": "Some CPU",
+        "cores": 2,
+        "commit": "abc",
+        "session": "s1",
+        "prompts_digest": learning.prompts_digest(),
+    }
     (folder / "wall.json").write_text(json.dumps(meta))
     summary = learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
     stored = load(tmp_path / "alpha" / "results.json")
     run = stored.arms["alpha0"].runs[1]
     assert (run.start, run.final, run.steps, run.cpu, run.cores, run.commit, run.session) == (
-        0.2, 0.45, 100, "Some CPU", 2, "abc", "s1")
+        0.2,
+        0.45,
+        100,
+        "Some CPU",
+        2,
+        "abc",
+        "s1",
+    )
     assert run.config_digest and len(run.config_digest) == 16 and run.curve and run.rl_min is not None
     assert stored.command == "atgrpo-bench learning alpha"
     # The table the runner printed is the one `atgrpo-bench learning report FILE` rebuilds from that file.

@@ -36,8 +36,10 @@ def test_one_case_reports_its_figures(tmp_path, monkeypatch):
     from atgrpo.models import importer
     from atgrpo.models.tiny import build_tiny_model
 
-    folder = build_tiny_model(TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,
-                                            num_kv_heads=1), tmp_path / "tiny")
+    folder = build_tiny_model(
+        TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2, num_kv_heads=1),
+        tmp_path / "tiny",
+    )
     monkeypatch.setattr(importer, "smollm2_folder", lambda: folder)
     cfg = load_config(memory.RECIPE)
     path = tmp_path / "samples.pkl"

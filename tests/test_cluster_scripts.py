@@ -15,7 +15,7 @@ SBATCH = ROOT / "docs" / "cluster" / "atgrpo.sbatch"
 RAYJOB = ROOT / "docs" / "cluster" / "rayjob.yaml"
 
 FAKES = {
-    "scontrol": 'echo node-a; echo node-b\n',
+    "scontrol": "echo node-a; echo node-b\n",
     # `srun ... hostname -I` answers an address; `srun ... ray start --block` blocks until stopped.
     "srun": """echo "srun token=$RAY_AUTH_TOKEN mode=$RAY_AUTH_MODE $*" >> "$LOG"
 case "$*" in
@@ -35,11 +35,19 @@ def test_sbatch_starts_ray_on_every_node_runs_the_driver_and_stops_ray(tmp_path:
         (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "calls.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(log), "SLURM_JOB_NODELIST": "node-[a-b]",
-           "SLURM_CPUS_ON_NODE": "16", "SLURM_GPUS_ON_NODE": "4", "ATGRPO_PYTHON": str(bin_dir / "fakepython")}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "LOG": str(log),
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_CPUS_ON_NODE": "16",
+        "SLURM_GPUS_ON_NODE": "4",
+        "ATGRPO_PYTHON": str(bin_dir / "fakepython"),
+    }
     env.pop("RAY_AUTH_TOKEN", None)
-    out = subprocess.run(["bash", str(SBATCH), "run.toml", "--set", "run.steps=5"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        ["bash", str(SBATCH), "run.toml", "--set", "run.steps=5"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 3, out.stderr  # the driver's exit status is the job's
     calls = log.read_text().splitlines()
     head = next(c for c in calls if "--head" in c)
@@ -66,8 +74,10 @@ def test_rayjob_manifest_runs_atgrpo_train_on_ray_with_one_shared_volume() -> No
     assert int(yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]) >= 600  # GRACE_S
     pinned = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if "ray[default]==" in line)
     assert spec["rayClusterSpec"]["rayVersion"] in pinned
-    pods = [spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
-            *(g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"])]
+    pods = [
+        spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
+        *(g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]),
+    ]
     images, mounts = set(), set()
     for pod in pods:
         claim = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}

@@ -13,7 +13,14 @@ from pydantic import BaseModel, ValidationError
 
 import atgrpo
 from atgrpo.config import (
-    PREDATED_POLICY_KEYS, RESOLVED_HEADER, TASK_ENV, TASK_ROLES, PolicySection, RunConfig, dump_config, load_config,
+    PREDATED_POLICY_KEYS,
+    RESOLVED_HEADER,
+    TASK_ENV,
+    TASK_ROLES,
+    PolicySection,
+    RunConfig,
+    dump_config,
+    load_config,
 )
 from atgrpo.config.toml_io import to_toml
 from atgrpo.errors import InvalidConfigError
@@ -53,7 +60,9 @@ def test_a_resolved_config_older_than_a_key_reads_back_as_it_ran(tmp_path: Path)
     assert {p.lr_schedule for p in back.policies.values()} == {PREDATED_POLICY_KEYS["lr_schedule"]} == {"constant"}
     assert load_config(tmp_path / "old.toml", ["policies.a.lr_schedule=cosine"]).policies["a"].lr_schedule == "cosine"
     (tmp_path / "mine.toml").write_text(old.split("\n", 1)[1])  # the same keys, not written by atgrpo
-    assert {p.lr_schedule for p in load_config(tmp_path / "mine.toml").policies.values()} == {PolicySection().lr_schedule}
+    assert {p.lr_schedule for p in load_config(tmp_path / "mine.toml").policies.values()} == {
+        PolicySection().lr_schedule
+    }
 
 
 def test_shipped_configs_exist():
@@ -82,15 +91,21 @@ def test_multi_policy_mapping_is_checked():
         RunConfig.model_validate({"policies": {"a": {}, "b": {}}, "role_policy": {"tool": "a", "plan": "a"}})
     cfg = RunConfig.model_validate({"policies": {"a": {}, "b": {}}, "role_policy": {"tool": "a", "plan": "b"}})
     assert cfg.roles_of("a") == ["tool"]
-    assert load_config(None, ['policies={a={}, b={}}', 'role_policy={tool="a", plan="b"}']) == cfg
+    assert load_config(None, ["policies={a={}, b={}}", 'role_policy={tool="a", plan="b"}']) == cfg
 
 
 # ---- per-task env parameters ----
 
 
 def test_env_defaults_follow_the_task():
-    demo = {"width": 6, "height": 6, "obstacle_ratio": 0.25, "min_distance": 3, "invalid_move_penalty": 0.0,
-            "stop_at_goal": False}
+    demo = {
+        "width": 6,
+        "height": 6,
+        "obstacle_ratio": 0.25,
+        "min_distance": 3,
+        "invalid_move_penalty": 0.0,
+        "stop_at_goal": False,
+    }
     assert demo.items() <= RunConfig().task.env_params().items()
     for task in ("sokoban", "sudoku"):  # the Rust defaults
         rust = atgrpo.EnvPool(task, 1).config
@@ -119,24 +134,47 @@ def test_another_tasks_keys_are_refused():
 
 BOUNDS = {  # (task, env keys, valid for the pool)
     "planpath": [
-        ({"width": 2, "height": 2, "min_distance": 1}, True), ({"width": 32, "height": 32}, True),
-        ({"obstacle_ratio": 0.0}, True), ({"obstacle_ratio": 0.8}, True), ({"min_distance": 18}, True),
-        ({"width": 1}, False), ({"height": 33}, False), ({"obstacle_ratio": 0.81}, False),
-        ({"obstacle_ratio": -0.1}, False), ({"min_distance": 0}, False), ({"min_distance": 19}, False),
+        ({"width": 2, "height": 2, "min_distance": 1}, True),
+        ({"width": 32, "height": 32}, True),
+        ({"obstacle_ratio": 0.0}, True),
+        ({"obstacle_ratio": 0.8}, True),
+        ({"min_distance": 18}, True),
+        ({"width": 1}, False),
+        ({"height": 33}, False),
+        ({"obstacle_ratio": 0.81}, False),
+        ({"obstacle_ratio": -0.1}, False),
+        ({"min_distance": 0}, False),
+        ({"min_distance": 19}, False),
     ],
     "sokoban": [
-        ({"width": 5, "height": 5}, True), ({"width": 16, "height": 16, "boxes": 4}, True),
-        ({"wall_ratio": 0.5}, True), ({"min_pushes": 5, "max_pushes": 5}, True),
-        ({"max_solver_states": 1000}, True), ({"max_solver_states": 50_000_000}, True),
-        ({"width": 4}, False), ({"height": 17}, False), ({"boxes": 0}, False), ({"boxes": 5}, False),
-        ({"wall_ratio": 0.51}, False), ({"min_pushes": 0}, False), ({"min_pushes": 5, "max_pushes": 4}, False),
-        ({"max_solver_states": 999}, False), ({"max_solver_states": 50_000_001}, False),
+        ({"width": 5, "height": 5}, True),
+        ({"width": 16, "height": 16, "boxes": 4}, True),
+        ({"wall_ratio": 0.5}, True),
+        ({"min_pushes": 5, "max_pushes": 5}, True),
+        ({"max_solver_states": 1000}, True),
+        ({"max_solver_states": 50_000_000}, True),
+        ({"width": 4}, False),
+        ({"height": 17}, False),
+        ({"boxes": 0}, False),
+        ({"boxes": 5}, False),
+        ({"wall_ratio": 0.51}, False),
+        ({"min_pushes": 0}, False),
+        ({"min_pushes": 5, "max_pushes": 4}, False),
+        ({"max_solver_states": 999}, False),
+        ({"max_solver_states": 50_000_001}, False),
         ({"width": 5, "height": 5, "boxes": 4, "wall_ratio": 0.5}, False),
     ],
     "sudoku": [
-        ({"clues": 4}, True), ({"clues": 15}, True), ({"size": 9, "clues": 17}, True), ({"size": 9, "clues": 80}, True),
-        ({"size": 9}, True), ({"size": 5}, False), ({"clues": 3}, False), ({"clues": 16}, False),
-        ({"size": 9, "clues": 16}, False), ({"size": 9, "clues": 81}, False),
+        ({"clues": 4}, True),
+        ({"clues": 15}, True),
+        ({"size": 9, "clues": 17}, True),
+        ({"size": 9, "clues": 80}, True),
+        ({"size": 9}, True),
+        ({"size": 5}, False),
+        ({"clues": 3}, False),
+        ({"clues": 16}, False),
+        ({"size": 9, "clues": 16}, False),
+        ({"size": 9, "clues": 81}, False),
     ],
 }
 
@@ -168,8 +206,12 @@ def _models() -> list[type[BaseModel]]:
     import atgrpo.config.sections as s
     import atgrpo.config.task_env as e
 
-    return [m for mod in (c, s, e) for _, m in inspect.getmembers(mod, inspect.isclass)
-            if issubclass(m, BaseModel) and m.__module__.startswith("atgrpo.config")]
+    return [
+        m
+        for mod in (c, s, e)
+        for _, m in inspect.getmembers(mod, inspect.isclass)
+        if issubclass(m, BaseModel) and m.__module__.startswith("atgrpo.config")
+    ]
 
 
 def test_every_field_has_a_docstring():
@@ -180,9 +222,17 @@ def test_every_field_has_a_docstring():
                 continue
             body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
             for i, node in enumerate(body):
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id != "model_config":
+                if (
+                    isinstance(node, ast.AnnAssign)
+                    and isinstance(node.target, ast.Name)
+                    and node.target.id != "model_config"
+                ):
                     doc = body[i + 1] if i + 1 < len(body) else None
-                    if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and str(doc.value.value).strip()):
+                    if not (
+                        isinstance(doc, ast.Expr)
+                        and isinstance(doc.value, ast.Constant)
+                        and str(doc.value.value).strip()
+                    ):
                         missing.append(f"{klass.__name__}.{node.target.id}")
     assert not missing, f"fields without a docstring: {sorted(set(missing))}"
 
@@ -190,8 +240,18 @@ def test_every_field_has_a_docstring():
 def test_toml_writer_round_trips_awkward_values():
     import tomllib
 
-    data = {"a": {"s": 'quote " back \\ tab \t nl \n del \x7f é', "f": [1e-6, 1e16, 0.1, -0.0], "i": -3,
-                  "b": False, "l": ["x", "y"], "none": None, "key with space": {"x": 1}}, "empty": {}}
+    data = {
+        "a": {
+            "s": 'quote " back \\ tab \t nl \n del \x7f é',
+            "f": [1e-6, 1e16, 0.1, -0.0],
+            "i": -3,
+            "b": False,
+            "l": ["x", "y"],
+            "none": None,
+            "key with space": {"x": 1},
+        },
+        "empty": {},
+    }
     back = tomllib.loads(to_toml(data))
     assert back["a"]["s"] == data["a"]["s"] and back["a"]["f"] == data["a"]["f"] and "none" not in back["a"]
     assert back["a"]["key with space"] == {"x": 1} and back["empty"] == {} and back["a"]["l"] == ["x", "y"]

@@ -44,12 +44,18 @@ def test_zero3_is_refused_with_lora_and_the_warm_start_goes_to_the_adapter():
     cfg = load_config(None, ["policies.shared.lora={}"])
     assert warm_starts_adapter(cfg, "shared")
     assert not warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "warmstart.steps=0"]), "shared")
-    assert not warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]), "shared")
-    assert warm_starts_adapter(load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'",
-                                                  "warmstart.pretrained=true"]), "shared")
+    assert not warm_starts_adapter(
+        load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]), "shared"
+    )
+    assert warm_starts_adapter(
+        load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'", "warmstart.pretrained=true"]),
+        "shared",
+    )
     assert not warm_starts_adapter(load_config(), "shared")  # a full policy: its model is warm-started instead
     with pytest.raises(ValidationError, match="ZeRO-3 partitions parameters"):
-        load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.backend='deepspeed'", "train.zero_stage=3"])
+        load_config(
+            None, ["warmstart.steps=0", "policies.shared.lora={}", "train.backend='deepspeed'", "train.zero_stage=3"]
+        )
     # the KL reference of an adapter is its base with the adapters off (learner.lora.BaseReference)
     assert load_config(None, ["warmstart.steps=0", "policies.shared.lora={}", "train.kl_coef=0.1"]).train.kl_coef == 0.1
     assert load_config(None, ["policies.shared.lora={}", "policies.shared.path='/x'"]).policies["shared"].path == "/x"
@@ -57,7 +63,9 @@ def test_zero3_is_refused_with_lora_and_the_warm_start_goes_to_the_adapter():
 
 def test_lora_config_round_trips_through_toml(tmp_path):
     """A run resumes from its written config.toml: a LoRA section (and a full policy's None) reads back equal."""
-    cfg = load_config(None, [*TWO, "policies.a.lora={r=8, target_modules=['q_proj','down_proj']}", "policies.b.lr=1e-4"])
+    cfg = load_config(
+        None, [*TWO, "policies.a.lora={r=8, target_modules=['q_proj','down_proj']}", "policies.b.lr=1e-4"]
+    )
     path = tmp_path / "config.toml"
     path.write_text(cfg.to_toml())
     assert load_config(path) == cfg

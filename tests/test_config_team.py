@@ -31,21 +31,30 @@ def test_team_agents_in_turn_order_with_the_judge_last():
     assert names(cfg) == ["tool_1", "tool_2", "reasoner_1", "reasoner_2", "reasoner_3", "judge"]
     assert [(a.role, a.index) for a in cfg.task.agents()][1:3] == [("tool", 1), ("reasoner", 0)]
     assert cfg.role_policy == {"tool": "shared", "reasoner": "shared", "judge": "shared"}
-    given = load_config(None, MATH + ["task.team={judge=1, reasoner=2, tool=1}", 'task.roles=["reasoner", "tool", "judge"]'])
+    given = load_config(
+        None, MATH + ["task.team={judge=1, reasoner=2, tool=1}", 'task.roles=["reasoner", "tool", "judge"]']
+    )
     assert names(given) == ["reasoner_1", "reasoner_2", "tool", "judge"]
-    assert names(load_config(None, MATH + ['task.roles=["tool", "reasoner", "judge"]'])) == ["tool", "reasoner", "judge"]
+    assert names(load_config(None, MATH + ['task.roles=["tool", "reasoner", "judge"]'])) == [
+        "tool",
+        "reasoner",
+        "judge",
+    ]
 
 
-@pytest.mark.parametrize("sets", [
-    ["task.team={reasoner=3, judge=2}"],  # one judge at most
-    ["task.team={reasoner=0, tool=1}"],
-    ["task.team={reasoner=17}"],
-    ["task.team={judge=1}"],  # nobody answers
-    ["task.team={reasoner=2, planner=1}"],
-    ['task.roles=["judge", "reasoner"]'],  # the judge acts last
-    ["task.team={reasoner=2, tool=1}", 'task.roles=["reasoner"]'],  # team and roles name other roles
-    ["task.team={reasoner=2}", 'role_policy={reasoner_9="shared"}'],  # no such agent
-])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["task.team={reasoner=3, judge=2}"],  # one judge at most
+        ["task.team={reasoner=0, tool=1}"],
+        ["task.team={reasoner=17}"],
+        ["task.team={judge=1}"],  # nobody answers
+        ["task.team={reasoner=2, planner=1}"],
+        ['task.roles=["judge", "reasoner"]'],  # the judge acts last
+        ["task.team={reasoner=2, tool=1}", 'task.roles=["reasoner"]'],  # team and roles name other roles
+        ["task.team={reasoner=2}", 'role_policy={reasoner_9="shared"}'],  # no such agent
+    ],
+)
 def test_bad_teams_are_refused(sets):
     with pytest.raises(ValueError):
         load_config(None, MATH + sets)

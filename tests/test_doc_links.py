@@ -51,7 +51,9 @@ def links(page: Path) -> list[str]:
 
 def test_heading_slugs_follow_githubs_rule() -> None:
     assert heading_slug("Ordering at 100 steps under the constant lr") == "ordering-at-100-steps-under-the-constant-lr"
-    assert heading_slug("Learning suites: `atgrpo-bench learning SUITE`") == "learning-suites-atgrpo-bench-learning-suite"
+    assert (
+        heading_slug("Learning suites: `atgrpo-bench learning SUITE`") == "learning-suites-atgrpo-bench-learning-suite"
+    )
 
 
 def broken_links(page: Path) -> list[str]:
@@ -69,11 +71,15 @@ def broken_links(page: Path) -> list[str]:
 def test_a_missing_file_or_anchor_is_reported(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text('# A page\n\n<a id="kept"></a>Text.\n```bash\n# not a heading\n```\n')
     page = tmp_path / "page.md"
-    page.write_text("[ok](other.md#kept) [ok](other.md#a-page) [web](https://example.org/x#y)\n"
-                    "[gone](missing.md) [moved](other.md#not-a-heading) [self](#nowhere)\n")
-    assert broken_links(page) == [f"missing.md: no file {tmp_path / 'missing.md'}",
-                                  "other.md#not-a-heading: no anchor #not-a-heading in other.md",
-                                  "#nowhere: no anchor #nowhere in page.md"]
+    page.write_text(
+        "[ok](other.md#kept) [ok](other.md#a-page) [web](https://example.org/x#y)\n"
+        "[gone](missing.md) [moved](other.md#not-a-heading) [self](#nowhere)\n"
+    )
+    assert broken_links(page) == [
+        f"missing.md: no file {tmp_path / 'missing.md'}",
+        "other.md#not-a-heading: no anchor #not-a-heading in other.md",
+        "#nowhere: no anchor #nowhere in page.md",
+    ]
 
 
 def test_the_front_page_links_into_docs_by_anchor() -> None:

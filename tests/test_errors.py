@@ -21,8 +21,19 @@ INTERNAL = {
 }
 """Exception classes deliberately not in `atgrpo.errors`, with the reason."""
 
-HEAVY = ("torch", "transformers", "zmq", "vllm", "deepspeed", "atgrpo.verify.math", "atgrpo.data.code_loaders",
-         "atgrpo.data.math_loaders", "atgrpo.data.reader", "atgrpo.transport.endpoints", "atgrpo.models.importer")
+HEAVY = (
+    "torch",
+    "transformers",
+    "zmq",
+    "vllm",
+    "deepspeed",
+    "atgrpo.verify.math",
+    "atgrpo.data.code_loaders",
+    "atgrpo.data.math_loaders",
+    "atgrpo.data.reader",
+    "atgrpo.transport.endpoints",
+    "atgrpo.models.importer",
+)
 
 
 def _exception_classes() -> dict[str, list[str]]:
@@ -32,7 +43,11 @@ def _exception_classes() -> dict[str, list[str]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
-                names = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))}
+                names = {
+                    b.id if isinstance(b, ast.Name) else b.attr
+                    for b in node.bases
+                    if isinstance(b, (ast.Name, ast.Attribute))
+                }
                 bases.setdefault(node.name, set()).update(names)
                 where.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
     known = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
@@ -74,9 +89,18 @@ def test_old_import_paths_give_the_same_classes() -> None:
     from atgrpo.verify.errors import VerifierStartError
 
     e = atgrpo.errors
-    assert (ActorError, UnitLost, EvalError, DatasetRecordError) == (e.ActorError, e.UnitLost, e.EvalError, e.DatasetRecordError)
+    assert (ActorError, UnitLost, EvalError, DatasetRecordError) == (
+        e.ActorError,
+        e.UnitLost,
+        e.EvalError,
+        e.DatasetRecordError,
+    )
     assert (PromptTooLongError, ModelImportError, ChecksumMismatch, VerifierStartError) == (
-        e.PromptTooLongError, e.ModelImportError, e.ChecksumMismatch, e.VerifierStartError)
+        e.PromptTooLongError,
+        e.ModelImportError,
+        e.ChecksumMismatch,
+        e.VerifierStartError,
+    )
 
 
 def test_import_is_light() -> None:

@@ -18,10 +18,11 @@ from atgrpo.engines import torch_engine
 from atgrpo.envs import EnvPool
 from atgrpo.models import build_tiny_model
 from atgrpo.workflows.games import GameWorkflow
-
 from tests.workflows.scripted import ScriptedEngine
 
-SPEC = TinyModelSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1, max_positions=1024)
+SPEC = TinyModelSpec(
+    hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1, max_positions=1024
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,20 @@ def test_bad_arguments_exit_2_with_a_message(tiny, tmp_path, capsys):
 
 def test_greedy_code_eval_on_a_tiny_model_writes_json(tiny, tmp_path, capsys):
     out = tmp_path / "res.json"
-    argv = ["--task", "code", "--model", str(tiny), "--roles", "coder", "--limit", "2", "--max-new-tokens", "6", "--out", str(out)]
+    argv = [
+        "--task",
+        "code",
+        "--model",
+        str(tiny),
+        "--roles",
+        "coder",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
     assert eval_cli.main(argv) == 0
     res = json.loads(out.read_text())
     assert res["task"] == "code" and res["roles"] == ["coder"] and res["problems"] == 2
@@ -92,8 +106,24 @@ def test_greedy_code_eval_on_a_tiny_model_writes_json(tiny, tmp_path, capsys):
 def test_multi_agent_sampled_eval_with_a_model_per_role(tiny, tiny2, tmp_path):
     out = tmp_path / "res.json"
     argv = [
-        "--task", "planpath", "--model", str(tiny), "--role-model", f"tool={tiny2}", "--seeds", "2",
-        "--samples", "3", "--k", "1,3", "--temperature", "1.0", "--max-new-tokens", "6", "--out", str(out),
+        "--task",
+        "planpath",
+        "--model",
+        str(tiny),
+        "--role-model",
+        f"tool={tiny2}",
+        "--seeds",
+        "2",
+        "--samples",
+        "3",
+        "--k",
+        "1,3",
+        "--temperature",
+        "1.0",
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(out),
     ]
     assert eval_cli.main(argv) == 0
     res = json.loads(out.read_text())
@@ -106,10 +136,27 @@ def test_accuracy_and_pass_at_k_count_successes(tiny, tmp_path, monkeypatch):
     """With an engine that answers right on even branches only: accuracy 1/2, pass@2 = 1 - 1/6."""
     good = "```python\ndef sum_evens(nums):\n    return sum(n for n in nums if n % 2 == 0)\n```"
     monkeypatch.setattr(
-        torch_engine, "TorchEngine", lambda model, policy, **kw: ScriptedEngine(lambda t, i: good if i % 2 == 0 else "x", policy)
+        torch_engine,
+        "TorchEngine",
+        lambda model, policy, **kw: ScriptedEngine(lambda t, i: good if i % 2 == 0 else "x", policy),
     )
     out = tmp_path / "res.json"
-    argv = ["--task", "code", "--model", str(tiny), "--roles", "coder", "--limit", "1", "--samples", "4", "--k", "1,2,4", "--out", str(out)]
+    argv = [
+        "--task",
+        "code",
+        "--model",
+        str(tiny),
+        "--roles",
+        "coder",
+        "--limit",
+        "1",
+        "--samples",
+        "4",
+        "--k",
+        "1,2,4",
+        "--out",
+        str(out),
+    ]
     assert eval_cli.main(argv) == 0
     res = json.loads(out.read_text())
     assert res["per_problem"] == [{"id": "fn-sum-evens", "correct": 2, "samples": 4}]
@@ -117,12 +164,15 @@ def test_accuracy_and_pass_at_k_count_successes(tiny, tmp_path, monkeypatch):
     assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 1 - 1 / 6, "4": 1.0})
 
 
-@pytest.mark.parametrize(("sets", "flag", "want"), [
-    ([], [], "float32"),
-    (['rollout.dtype="bfloat16"'], [], "bfloat16"),  # the config's rollout dtype
-    (['train.dtype="bfloat16"'], [], "bfloat16"),  # else its train dtype, as in training
-    (['rollout.dtype="bfloat16"'], ["--dtype", "float32"], "float32"),  # the flag wins
-])
+@pytest.mark.parametrize(
+    ("sets", "flag", "want"),
+    [
+        ([], [], "float32"),
+        (['rollout.dtype="bfloat16"'], [], "bfloat16"),  # the config's rollout dtype
+        (['train.dtype="bfloat16"'], [], "bfloat16"),  # else its train dtype, as in training
+        (['rollout.dtype="bfloat16"'], ["--dtype", "float32"], "float32"),  # the flag wins
+    ],
+)
 def test_the_engines_dtype_is_the_configs_unless_given(tiny, tmp_path, monkeypatch, sets, flag, want):
     seen = []
 
@@ -131,16 +181,41 @@ def test_the_engines_dtype_is_the_configs_unless_given(tiny, tmp_path, monkeypat
         return ScriptedEngine(lambda t, i: "x", policy)
 
     monkeypatch.setattr(torch_engine, "TorchEngine", engine)
-    argv = ["--task", "code", "--model", str(tiny), "--roles", "coder", "--limit", "1", *flag,
-            *(a for s in sets for a in ("--set", s))]
+    argv = [
+        "--task",
+        "code",
+        "--model",
+        str(tiny),
+        "--roles",
+        "coder",
+        "--limit",
+        "1",
+        *flag,
+        *(a for s in sets for a in ("--set", s)),
+    ]
     assert eval_cli.main(argv) == 0
     assert seen == [want]
 
 
 def test_cli_subprocess_smoke(tiny, tmp_path):
     out = tmp_path / "res.json"
-    cmd = [sys.executable, "-m", "atgrpo.cli.eval", "--task", "math", "--roles", "reasoner", "--model", str(tiny),
-           "--limit", "1", "--max-new-tokens", "4", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "atgrpo.cli.eval",
+        "--task",
+        "math",
+        "--roles",
+        "reasoner",
+        "--model",
+        str(tiny),
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "pass@1" in proc.stdout and json.loads(out.read_text())["problems"] == 1
@@ -151,10 +226,26 @@ def test_games_count_the_failures_that_came_back_to_a_state(tiny, tmp_path, monk
     """A plan agent that answers "[U,D]" every turn stands, after its second turn at the latest, where it
     stood before (U then D undo each other, or U is blocked and D then U, D shuttle): with 4 turns every
     failed episode came back to a state, and with one turn none can."""
-    monkeypatch.setattr(torch_engine, "TorchEngine", lambda model, policy, **kw: ScriptedEngine(lambda t, i: "[U,D]", policy))
+    monkeypatch.setattr(
+        torch_engine, "TorchEngine", lambda model, policy, **kw: ScriptedEngine(lambda t, i: "[U,D]", policy)
+    )
     out, log = tmp_path / "res.json", tmp_path / "t.jsonl"
-    argv = ["--task", "planpath", "--roles", "plan", "--model", str(tiny), "--seeds", "12", "--turns", str(turns),
-            "--out", str(out), "--transcripts", str(log)]
+    argv = [
+        "--task",
+        "planpath",
+        "--roles",
+        "plan",
+        "--model",
+        str(tiny),
+        "--seeds",
+        "12",
+        "--turns",
+        str(turns),
+        "--out",
+        str(out),
+        "--transcripts",
+        str(log),
+    ]
     assert eval_cli.main(argv) == 0
     res = json.loads(out.read_text())
     failed = [r for r in map(json.loads, log.read_text().splitlines()) if not r["correct"]]

@@ -17,8 +17,14 @@ from atgrpo.launch.local import child_env, learner_command
 from atgrpo.models.folder import ModelFacts
 
 QWEN3_1_7B = {  # config.json of Qwen3-1.7B (dense; 2.03B parameters with the untied head counted once)
-    "hidden_size": 2048, "num_hidden_layers": 28, "intermediate_size": 6144, "vocab_size": 151936,
-    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+    "hidden_size": 2048,
+    "num_hidden_layers": 28,
+    "intermediate_size": 6144,
+    "vocab_size": 151936,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
 }
 
 
@@ -66,11 +72,13 @@ def test_learner_parts_follow_the_backend_and_zero_stage():
     n = shape.params
     torch_parts = learner_parts(shape, load_config(None, ["train.dtype='bfloat16'"]), ranks=8)
     assert (torch_parts["weights"], torch_parts["gradients"], torch_parts["optimizer"]) == (4 * n, 4 * n, 8 * n)
-    z3 = learner_parts(shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=3",
-                                                 "train.dtype='bfloat16'"]), ranks=8)
+    z3 = learner_parts(
+        shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=3", "train.dtype='bfloat16'"]), ranks=8
+    )
     assert (z3["weights"], z3["gradients"], z3["optimizer"]) == (2 * n // 8, 4 * n // 8, 12 * n // 8)
-    z1 = learner_parts(shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=1",
-                                                 "train.dtype='bfloat16'"]), ranks=8)
+    z1 = learner_parts(
+        shape, load_config(None, ["train.backend='deepspeed'", "train.zero_stage=1", "train.dtype='bfloat16'"]), ranks=8
+    )
     assert (z1["weights"], z1["gradients"], z1["optimizer"]) == (2 * n, 4 * n, 12 * n // 8)
 
 
@@ -86,15 +94,22 @@ def test_two_actors_on_one_gpu_are_refused_with_the_numbers():
         plan(cfg, shapes, int(80 * GB))
     text = str(err.value)
     assert "GPU 1 (80.0 GB" in text and "actor0 65.0 + actor1 65.0" in text and "vllm_gpu_memory_utilization" in text
-    loads = plan(_cfg("launch.learner_devices=[0]", "launch.actor_devices=[1, 1]",
-                      "rollout.vllm_gpu_memory_utilization=0.4"), shapes, int(80 * GB))
+    loads = plan(
+        _cfg("launch.learner_devices=[0]", "launch.actor_devices=[1, 1]", "rollout.vllm_gpu_memory_utilization=0.4"),
+        shapes,
+        int(80 * GB),
+    )
     assert [ld.gpu for ld in loads] == [0, 1]
 
 
 def test_colocated_needs_the_alternating_schedule_and_sleep_makes_room():
     shapes = {"shared": ModelShape.from_hf_config(QWEN3_1_7B)}
-    one_gpu = ["launch.learner_devices=[0]", "launch.actor_devices=[0]", "train.dtype='bfloat16'",
-               "train.micro_batch_tokens=8192"]
+    one_gpu = [
+        "launch.learner_devices=[0]",
+        "launch.actor_devices=[0]",
+        "train.dtype='bfloat16'",
+        "train.micro_batch_tokens=8192",
+    ]
     assert colocated(_cfg(*one_gpu))
     with pytest.raises(PlacementError, match="streaming = false"):
         plan(_cfg(*one_gpu), shapes, int(80 * GB))
@@ -116,7 +131,13 @@ def test_children_see_their_gpus_numbered_as_the_host_does(monkeypatch):
         child_env([3])
     cmd = ["python", "-m", "atgrpo.cli.learner", "cfg.toml"]
     assert learner_command(cmd, 1) == cmd
-    assert learner_command(cmd, 4)[:5] == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    assert learner_command(cmd, 4)[:5] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=4",
+    ]
 
 
 def test_actor_devices_set_the_number_of_actors():
@@ -160,8 +181,10 @@ def test_adapter_parameters_are_what_peft_builds(smollm2):
 
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     with torch.device("meta"):
-        model = get_peft_model(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2)),
-                               LoraConfig(r=8, target_modules=targets))
+        model = get_peft_model(
+            AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2)),
+            LoraConfig(r=8, target_modules=targets),
+        )
     want = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
     shape = ModelShape.from_hf_config(json.loads((smollm2 / "config.json").read_text()))
     assert shape.adapter_params(8, targets) == want
@@ -171,9 +194,16 @@ def test_adapter_parameters_are_what_peft_builds(smollm2):
 def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
     shape = ModelShape.from_hf_config(QWEN3_1_7B)
     n = shape.params
-    roles = ["role_policy={plan='plan', tool='tool'}", "policies.plan.lr=1e-5", "policies.tool.lr=1e-5",
-             "warmstart.steps=0", "launch.learner_devices=[0]", "launch.actor_devices=[1]",
-             "train.dtype='bfloat16'", "train.kl_coef=0.01"]
+    roles = [
+        "role_policy={plan='plan', tool='tool'}",
+        "policies.plan.lr=1e-5",
+        "policies.tool.lr=1e-5",
+        "warmstart.steps=0",
+        "launch.learner_devices=[0]",
+        "launch.actor_devices=[1]",
+        "train.dtype='bfloat16'",
+        "train.kl_coef=0.01",
+    ]
     with pytest.raises(PlacementError, match="learner plan .* learner tool"):  # two full 1.7B learners: no
         plan(_cfg(*roles), {"plan": shape, "tool": shape}, int(80 * GB))
     lora = [*roles, "policies.plan.lora={r=8}", "policies.tool.lora={r=8}"]
@@ -194,11 +224,21 @@ def test_lora_policies_hold_their_base_once_and_only_their_adapters_state():
 # model (28 layers, vocab 151,936, tied head: 1.72B parameters), bf16, two 8,192-token micro-batches,
 # 1,024-token logit chunks, one rank, measured on GPUs (`docs/gpus.md`):
 # (backend, ZeRO stage, gradient checkpointing) -> GB.
-H200_PEAKS = {("torch", 0, True): 35.25, ("deepspeed", 1, True): 41.88, ("deepspeed", 2, True): 38.44,
-              ("deepspeed", 3, True): 41.59, ("torch", 0, False): 64.87}
+H200_PEAKS = {
+    ("torch", 0, True): 35.25,
+    ("deepspeed", 1, True): 41.88,
+    ("deepspeed", 2, True): 38.44,
+    ("deepspeed", 3, True): 41.59,
+    ("torch", 0, False): 64.87,
+}
 """An H200, 2026-11-26."""
-H100_H200_PEAKS = {("torch", 0, True): 34.78, ("deepspeed", 1, True): 41.42, ("deepspeed", 2, True): 37.97,
-                   ("deepspeed", 3, True): 41.12, ("torch", 0, False): 64.40}
+H100_H200_PEAKS = {
+    ("torch", 0, True): 34.78,
+    ("deepspeed", 1, True): 41.42,
+    ("deepspeed", 2, True): 37.97,
+    ("deepspeed", 3, True): 41.12,
+    ("torch", 0, False): 64.40,
+}
 """An H100 (2026-11-26) and another H200 (2026-11-27): the same to 0.01 GB (the plan counted 4 bytes a saved
 activation under autocast then, 1.103 x the last case's peak)."""
 MEASURED = [(case, peaks[case]) for peaks in (H200_PEAKS, H100_H200_PEAKS) for case in sorted(peaks)]
@@ -210,8 +250,15 @@ PLAN_BAND = (0.95, 1.10)
 
 def _counted_gb(backend: str, stage: int, ckpt: bool, dtype: str = "bfloat16") -> float:
     shape = ModelShape.from_hf_config({**QWEN3_1_7B, "tie_word_embeddings": True})
-    cfg = load_config(None, [f"train.backend={backend!r}", f"train.zero_stage={stage}", f"train.dtype={dtype!r}",
-                             f"train.gradient_checkpointing={str(ckpt).lower()}"])
+    cfg = load_config(
+        None,
+        [
+            f"train.backend={backend!r}",
+            f"train.zero_stage={stage}",
+            f"train.dtype={dtype!r}",
+            f"train.gradient_checkpointing={str(ckpt).lower()}",
+        ],
+    )
     return sum(learner_parts(shape, cfg, ranks=1).values()) / GB
 
 
@@ -237,9 +284,16 @@ def test_the_plan_covers_a_held_out_fp32_peak():
 
 def test_policies_that_step_in_turn_add_one_step_at_the_peak():
     shape = ModelShape.from_hf_config(QWEN3_1_7B)
-    two = _cfg("role_policy={plan='plan', tool='tool'}", "policies.plan.lr=1e-5", "policies.tool.lr=1e-5",
-               "warmstart.steps=0", "launch.learner_devices=[0]",
-               "launch.actor_devices=[1]", "train.dtype='bfloat16'", "train.gradient_checkpointing=true")
+    two = _cfg(
+        "role_policy={plan='plan', tool='tool'}",
+        "policies.plan.lr=1e-5",
+        "policies.tool.lr=1e-5",
+        "warmstart.steps=0",
+        "launch.learner_devices=[0]",
+        "launch.actor_devices=[1]",
+        "train.dtype='bfloat16'",
+        "train.gradient_checkpointing=true",
+    )
     (learner, _) = plan(two, {"plan": shape, "tool": shape}, int(200 * GB))
     names = [w for w, _ in learner.peak]
     assert names.count("learner plan at rest") == 1 and names.count("learner tool at rest") == 1

@@ -5,10 +5,20 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from atgrpo.cli.train import DEFAULT_PORT, main as train_main
+from atgrpo.cli.train import DEFAULT_PORT
+from atgrpo.cli.train import main as train_main
 from atgrpo.config import load_config
 from atgrpo.launch.local import describe
-from atgrpo.messages import EvalSummary, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress
+from atgrpo.messages import (
+    EvalSummary,
+    HubReady,
+    LearnerEvent,
+    Notice,
+    Resumed,
+    RunSummary,
+    Stopping,
+    WarmStartProgress,
+)
 
 
 @pytest.mark.parametrize(
@@ -16,9 +26,15 @@ from atgrpo.messages import EvalSummary, HubReady, LearnerEvent, Notice, Resumed
     [
         (WarmStartProgress("shared", 3, 10, 1.23456), "[shared] warm start step 3/10 loss 1.235"),
         (Resumed("runs/x/checkpoints/step_000004", 4), "resumed from runs/x/checkpoints/step_000004 at step 4"),
-        (EvalSummary("step 20", 20, 0.5, 0.7, 200, 3.0), "eval (step 20) at step 20: held-out success 0.500 over 200 levels"),
+        (
+            EvalSummary("step 20", 20, 0.5, 0.7, 200, 3.0),
+            "eval (step 20) at step 20: held-out success 0.500 over 200 levels",
+        ),
         (Stopping(7, "signal"), "stopping early at step 7 (signal)"),
-        (RunSummary(12, 0.25, 0.375, 12.5), "held-out success (200 eval levels): 25.0% -> 37.5% (+12.5 points) after 12 steps"),
+        (
+            RunSummary(12, 0.25, 0.375, 12.5),
+            "held-out success (200 eval levels): 25.0% -> 37.5% (+12.5 points) after 12 steps",
+        ),
         (HubReady("ipc:///tmp/x"), None),
         (Notice("warning", "the run is learning nothing: ..."), "warning: the run is learning nothing: ..."),
     ],
@@ -109,8 +125,13 @@ def test_an_actor_whose_stdin_closes_before_the_address_says_so_and_exits_2() ->
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "atgrpo.cli.actor", "--address", "-"], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "atgrpo.cli.actor", "--address", "-"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "stdin closed before the hub's address came" in done.stderr and "Traceback" not in done.stderr
 
@@ -121,9 +142,11 @@ def test_the_launcher_of_a_cpu_run_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, atgrpo.cli.train, atgrpo.launch.gpu_plan, atgrpo.launch.local;"
-            "from atgrpo.config import load_config; assert atgrpo.launch.gpu_plan.check_plan(load_config()) == [];"
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, atgrpo.cli.train, atgrpo.launch.gpu_plan, atgrpo.launch.local;"
+        "from atgrpo.config import load_config; assert atgrpo.launch.gpu_plan.check_plan(load_config()) == [];"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
@@ -137,7 +160,11 @@ def test_an_actor_that_cannot_be_placed_stops_the_run_and_leaves_no_learner(tmp_
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the launcher sees one GPU; the actor is told GPU 1
     cfg = load_config(overrides=[f'run.out_dir="{tmp_path / "run"}"', "launch.actor_devices=[1]"])
     pid_file = tmp_path / "learner.pid"
-    learner = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"]
+    learner = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)",
+    ]
     with pytest.raises(PlacementError, match="launcher sees 1"):
         LocalRun(cfg, learner, [sys.executable, "-c", "pass"], 1).run()
     if pid_file.exists():  # it may have been stopped before it wrote its pid
@@ -165,5 +192,9 @@ def test_torchrun_gives_the_ranks_the_launchers_grace_after_a_signal() -> None:
     assert f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}" in cmd
     args = get_args_parser().parse_args(cmd[3:])
     assert args.shutdown_timeout == TORCHRUN_SHUTDOWN_S and args.nproc_per_node == "4"
-    assert args.module and args.training_script == "atgrpo.cli.learner" and args.training_script_args == ["--config", "x.toml"]
+    assert (
+        args.module
+        and args.training_script == "atgrpo.cli.learner"
+        and args.training_script_args == ["--config", "x.toml"]
+    )
     assert 300 <= TORCHRUN_SHUTDOWN_S < GRACE_S  # minutes, and torchrun's kill comes before the launcher's

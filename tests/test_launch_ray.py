@@ -32,10 +32,23 @@ def test_unreachable_cluster_is_a_prompt_error_naming_the_address(tmp_path) -> N
     pytest.importorskip("ray")
     began = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "atgrpo.cli.train", "--set", 'launch.backend="ray"', "--set",
-         'launch.ray_address="127.0.0.1:9"', "--set", "launch.ray_connect_timeout_s=3", "--set",
-         f'run.out_dir="{tmp_path}"'],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+        [
+            sys.executable,
+            "-m",
+            "atgrpo.cli.train",
+            "--set",
+            'launch.backend="ray"',
+            "--set",
+            'launch.ray_address="127.0.0.1:9"',
+            "--set",
+            "launch.ray_connect_timeout_s=3",
+            "--set",
+            f'run.out_dir="{tmp_path}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
     )
     assert out.returncode != 0
     assert "launch error: the Ray cluster at 127.0.0.1:9 cannot be reached" in out.stderr, out.stderr[-2000:]
@@ -44,8 +57,13 @@ def test_unreachable_cluster_is_a_prompt_error_naming_the_address(tmp_path) -> N
 
 
 def test_bundles_pack_the_learner_and_give_each_actor_its_share() -> None:
-    c = cfg('train.device="cuda"', 'rollout.device="cuda"', "launch.learner_devices=[0,1]", "launch.ray_actor_gpus=0.5",
-            "launch.ray_actor_resources={rollout=1}")
+    c = cfg(
+        'train.device="cuda"',
+        'rollout.device="cuda"',
+        "launch.learner_devices=[0,1]",
+        "launch.ray_actor_gpus=0.5",
+        "launch.ray_actor_resources={rollout=1}",
+    )
     group = bundles(c, 2, 3)
     assert [b.role for b in group] == ["learner", "actor0", "actor1", "actor2"]
     assert group[0].resources == {"CPU": 2.0, "GPU": 2.0}  # both ranks in one bundle: one node
@@ -57,8 +75,10 @@ def test_bundles_pack_the_learner_and_give_each_actor_its_share() -> None:
 
 
 def test_unfit_says_which_bundle_has_no_home() -> None:
-    nodes = [{"NodeManagerAddress": "a", "Resources": {"CPU": 4.0, "GPU": 1.0}},
-             {"NodeManagerAddress": "b", "Resources": {"CPU": 4.0, "GPU": 1.0}}]
+    nodes = [
+        {"NodeManagerAddress": "a", "Resources": {"CPU": 4.0, "GPU": 1.0}},
+        {"NodeManagerAddress": "b", "Resources": {"CPU": 4.0, "GPU": 1.0}},
+    ]
     two_gpus = bundles(cfg('train.device="cuda"', "launch.learner_devices=[0,1]"), 2, 2)
     assert "which no single node has" in unfit(two_gpus, nodes)
     spread = bundles(cfg('train.device="cuda"', "launch.learner_devices=[0,1]", "launch.ray_learner_spread=true"), 2, 2)
@@ -99,8 +119,13 @@ def test_each_process_gets_only_its_keys(tmp_path) -> None:
 
 
 def test_plan_of_shared_gpus_is_checked_before_placement() -> None:
-    small = cfg('rollout.device="cuda"', 'rollout.engine="vllm"', "launch.ray_actor_gpus=0.5",
-                "rollout.vllm_gpu_memory_utilization=0.6", "launch.actors=2")
+    small = cfg(
+        'rollout.device="cuda"',
+        'rollout.engine="vllm"',
+        "launch.ray_actor_gpus=0.5",
+        "rollout.vllm_gpu_memory_utilization=0.6",
+        "launch.actors=2",
+    )
     with pytest.raises(PlacementError, match="does not fit"):  # two engines of 60% on one GPU
         ray_plan(small, 80 * 10**9)
     whole = small.model_copy(update={"launch": small.launch.model_copy(update={"ray_actor_gpus": 1.0})})
@@ -115,10 +140,14 @@ def test_a_stale_record_of_a_gone_cluster_starts_a_local_instance(monkeypatch) -
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     # Ray's record of the last cluster started here names a head that is gone (nothing listens on 9).
-    monkeypatch.setattr(services, "canonicalize_bootstrap_address", lambda addr: None if addr == "local" else "127.0.0.1:9")
+    monkeypatch.setattr(
+        services, "canonicalize_bootstrap_address", lambda addr: None if addr == "local" else "127.0.0.1:9"
+    )
     asked = {}
     monkeypatch.setattr(ray, "init", lambda address=None, **kw: asked.update(address=address, **kw))
     conn = ray_cluster.connect(cfg(), bundles(cfg(), 1, 2))
     assert asked["address"] == "local" and asked["num_cpus"] >= 3 and conn.started_here
     with pytest.raises(LaunchError, match="127.0.0.1:9 cannot be reached"):  # named by the user: an error
-        ray_cluster.connect(cfg('launch.ray_address="127.0.0.1:9"', "launch.ray_connect_timeout_s=2"), bundles(cfg(), 1, 2))
+        ray_cluster.connect(
+            cfg('launch.ray_address="127.0.0.1:9"', "launch.ray_connect_timeout_s=2"), bundles(cfg(), 1, 2)
+        )

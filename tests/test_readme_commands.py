@@ -94,7 +94,9 @@ def test_the_docs_pages_are_read() -> None:
 def test_the_docs_have_commands_for_every_task() -> None:
     assert len(TRAIN) >= 5 and len(EVAL) >= 4
     trained = {load_config(*_train_args(argv)).task.task for argv in TRAIN}
-    evaluated = {a.task or load_config(a.config and ROOT / a.config).task.task for a in map(build_parser().parse_args, EVAL)}
+    evaluated = {
+        a.task or load_config(a.config and ROOT / a.config).task.task for a in map(build_parser().parse_args, EVAL)
+    }
     assert trained == set(TASKS)
     assert {"sudoku", "code", "math"} <= evaluated
 

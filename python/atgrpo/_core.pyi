@@ -99,9 +99,7 @@ __all__ += [
 ]
 
 # (mean, std, size, num_singleton, num_constant, num_empty, num_nonfinite)
-_GroupStats = tuple[
-    npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], int, int, int, int
-]
+_GroupStats = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], int, int, int, int]
 
 def group_ids(
     env: npt.NDArray[np.int64], agent: npt.NDArray[np.int64], turn: npt.NDArray[np.int64]

@@ -32,7 +32,9 @@ def _parse(spec: str, setting: str) -> tuple[str, int | None]:
     return kind, int(index) if index else None
 
 
-def resolve_device(spec: str, *, local_rank: int = 0, world_size: int = 1, setting: str = "train.device") -> torch.device:
+def resolve_device(
+    spec: str, *, local_rank: int = 0, world_size: int = 1, setting: str = "train.device"
+) -> torch.device:
     """The device of this process for `spec` (a `train.device` / `rollout.device` value).
 
     Raises `PlacementError`, naming `setting` and the numbers, for a GPU that is not there or a

@@ -229,8 +229,17 @@ class WeightsMarker(msgspec.Struct):
     """Bytes of the chunk files together (padding included)."""
 
 
-Message = Hello | Welcome | Refused | WorkRequest | WorkUnit | NoWork | Shutdown | SampleBatch | SampleAck | (
-    UnitProgress | ProgressAck | WeightsRequest | WeightsHeader
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | WorkRequest
+    | WorkUnit
+    | NoWork
+    | Shutdown
+    | SampleBatch
+    | SampleAck
+    | (UnitProgress | ProgressAck | WeightsRequest | WeightsHeader)
 )
 
 
@@ -252,8 +261,12 @@ class EvalSummary(msgspec.Struct, tag="evaluated"):
     wall_s: float
 
     def metrics(self) -> dict[str, float]:
-        return {"eval/success": self.success, "eval/return": self.episode_return, "eval/levels": float(self.levels),
-                "time/eval_s": self.wall_s}
+        return {
+            "eval/success": self.success,
+            "eval/return": self.episode_return,
+            "eval/levels": float(self.levels),
+            "time/eval_s": self.wall_s,
+        }
 
 
 class RunSummary(msgspec.Struct, tag="finished"):

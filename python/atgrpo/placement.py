@@ -35,8 +35,6 @@ def pin(cpus: list[int], what: str) -> int | None:
     return len(set(cpus))
 
 
-
-
 def learner_gpus(cfg: RunConfig) -> list[int]:
     """The learner ranks' GPUs as the host numbers them."""
     if cfg.launch.learner_devices:

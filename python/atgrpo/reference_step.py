@@ -65,8 +65,15 @@ class ReferenceRun:
         # 1. Roll out: the step's env seeds, cut into units that name the current versions; each unit
         #    sampled with its own seed, so the samples do not depend on who rolls it out.
         torch.set_num_threads(self.rollout_threads)
-        units = cut_units(0, step, step_seeds(ro.envs_per_step, step), ro.envs_per_unit, split="train",
-                          versions=self.versions, greedy=False)
+        units = cut_units(
+            0,
+            step,
+            step_seeds(ro.envs_per_step, step),
+            ro.envs_per_unit,
+            split="train",
+            versions=self.versions,
+            greedy=False,
+        )
         samples, envs, _ = roll_out_locally(
             self.workflow, self.policies, units, training_sampling(ro), run_id=cfg.run.name, run_seed=cfg.run.seed
         )
@@ -78,8 +85,14 @@ class ReferenceRun:
         # 3. Micro-batches: each policy trains only on the samples of its own roles.
         torch.set_num_threads(self.train_threads or os.cpu_count() or 1)
         (plan,) = plan_step(
-            samples, adv.values, policies=sorted(self.backends), pad_ids=self.pad_ids, world=1,
-            minibatches=tr.minibatches, max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation,
+            samples,
+            adv.values,
+            policies=sorted(self.backends),
+            pad_ids=self.pad_ids,
+            world=1,
+            minibatches=tr.minibatches,
+            max_tokens=tr.micro_batch_tokens,
+            aggregation=tr.loss_aggregation,
             share_prefix=tr.share_prefix,
         )
 
@@ -97,7 +110,9 @@ class ReferenceRun:
         for p, backend in self.backends.items():
             self.policies[p].engine.load_weights(self.versions[p], backend.export_weights())
         t3 = time.perf_counter()
-        metrics.update({"time/rollout_s": t1 - t0, "time/learner_s": t2 - t1, "time/sync_s": t3 - t2, "time/step_s": t3 - t0})
+        metrics.update(
+            {"time/rollout_s": t1 - t0, "time/learner_s": t2 - t1, "time/sync_s": t3 - t2, "time/step_s": t3 - t0}
+        )
         return StepResult(samples, envs, adv, metrics)
 
     def close(self) -> None:
@@ -111,16 +126,23 @@ def open_reference(cfg: RunConfig) -> ReferenceRun:
     policies, backends, pad_ids = {}, {}, {}
     for p in sorted(cfg.policies):
         folder = policy_dir(cfg, p)
-        engine, tokenizer = open_engine(folder, cfg.rollout, policy=p, dtype=rollout_dtype(cfg), version=0,
-                                        engines_per_process=len(cfg.policies))
+        engine, tokenizer = open_engine(
+            folder, cfg.rollout, policy=p, dtype=rollout_dtype(cfg), version=0, engines_per_process=len(cfg.policies)
+        )
         policies[p] = PolicyHandle(engine, tokenizer)
         model = load_model(folder, dtype="float32", device=cfg.train.device)  # fp32 masters (backends.base)
         pc = cfg.policies[p]
         backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg))
         pad_ids[p] = load_tokenizer(folder).pad_token_id
     return ReferenceRun(
-        cfg, make_workflow(cfg), policies, backends, pad_ids, {p: 0 for p in policies},
-        rollout_threads=cfg.launch.actor_threads, train_threads=cfg.launch.learner_threads,
+        cfg,
+        make_workflow(cfg),
+        policies,
+        backends,
+        pad_ids,
+        {p: 0 for p in policies},
+        rollout_threads=cfg.launch.actor_threads,
+        train_threads=cfg.launch.learner_threads,
     )
 
 

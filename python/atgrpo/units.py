@@ -38,7 +38,13 @@ def eval_seeds(count: int) -> list[int]:
 
 
 def cut_units(
-    first_unit_id: int, step: int, seeds: list[int], envs_per_unit: int, *, split: str, versions: dict[str, int],
+    first_unit_id: int,
+    step: int,
+    seeds: list[int],
+    envs_per_unit: int,
+    *,
+    split: str,
+    versions: dict[str, int],
     greedy: bool,
 ) -> list[WorkUnit]:
     """`seeds` cut into units of at most `envs_per_unit` envs, ids counting up from `first_unit_id`.
@@ -76,8 +82,13 @@ def in_step_order(samples: Iterable[Sample], envs: Iterable[EnvResult]) -> tuple
 
 
 def roll_out_locally(
-    workflow: "Workflow", policies: dict[str, "PolicyHandle"], units: list[WorkUnit], sampling: "SamplingParams", *,
-    run_id: str, run_seed: int,
+    workflow: "Workflow",
+    policies: dict[str, "PolicyHandle"],
+    units: list[WorkUnit],
+    sampling: "SamplingParams",
+    *,
+    run_id: str,
+    run_seed: int,
 ) -> tuple[list[Sample], list[EnvResult], UnitTimings]:
     """Roll `units` out in this process, one after the other, each with its `unit_seed`, as the
     actors would; returns the samples and env results in step order, and the summed timings."""
@@ -93,5 +104,12 @@ def roll_out_locally(
 
 
 __all__ = [
-    "EVAL_UNIT_SCALE", "SEED_BASE", "cut_units", "eval_seeds", "in_step_order", "roll_out_locally", "step_seeds", "unit_seed",
+    "EVAL_UNIT_SCALE",
+    "SEED_BASE",
+    "cut_units",
+    "eval_seeds",
+    "in_step_order",
+    "roll_out_locally",
+    "step_seeds",
+    "unit_seed",
 ]

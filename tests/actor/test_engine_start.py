@@ -15,7 +15,8 @@ import pytest
 from atgrpo.actor import actor as actor_module
 from atgrpo.actor import engine_start
 from atgrpo.actor.actor import Actor
-from atgrpo.actor.engine_start import defer_engines, engine_start as engine_start_of, gpu_start_lock, host_gpu
+from atgrpo.actor.engine_start import defer_engines, gpu_start_lock, host_gpu
+from atgrpo.actor.engine_start import engine_start as engine_start_of
 from atgrpo.config import load_config
 from atgrpo.errors import PlacementError
 from atgrpo.errors.runtime import ActorError
@@ -27,8 +28,13 @@ from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 from atgrpo.transport import HubEndpoint, private_ipc_address
 
-COLOCATED = ["train.device='cuda'", "rollout.device='cuda'", "launch.learner_devices=[0]", "launch.actor_devices=[0]",
-             "train.streaming=false"]
+COLOCATED = [
+    "train.device='cuda'",
+    "rollout.device='cuda'",
+    "launch.learner_devices=[0]",
+    "launch.actor_devices=[0]",
+    "train.streaming=false",
+]
 
 
 def test_the_gpu_is_named_as_the_host_numbers_it_without_asking_cuda():
@@ -88,14 +94,23 @@ def test_only_vllm_on_a_gpu_takes_the_lock(tmp_path: Path, monkeypatch):
         with engine_start_of(load_config(None, [out, *sets])) as nothing:
             assert nothing is None
     assert defer_engines(load_config(None, COLOCATED))
-    assert not defer_engines(load_config(None, [*COLOCATED[:2], "launch.learner_devices=[0]", "launch.actor_devices=[1]"]))
+    assert not defer_engines(
+        load_config(None, [*COLOCATED[:2], "launch.learner_devices=[0]", "launch.actor_devices=[1]"])
+    )
 
 
 def test_a_colocated_actor_constructs_its_engines_at_its_first_lease(tmp_path: Path, monkeypatch):
     """The actor's config says colocated; its stand-in engines are the tiny model's on the CPU."""
-    base = [f"run.out_dir={str(tmp_path)!r}", "task.turns=1", "rollout.k=1", "rollout.max_new_tokens=4",
-            "policies.shared.tiny.hidden_size=32", "policies.shared.tiny.num_layers=1",
-            "policies.shared.tiny.intermediate_size=64", "transport.request_timeout_s=10"]
+    base = [
+        f"run.out_dir={str(tmp_path)!r}",
+        "task.turns=1",
+        "rollout.k=1",
+        "rollout.max_new_tokens=4",
+        "policies.shared.tiny.hidden_size=32",
+        "policies.shared.tiny.num_layers=1",
+        "policies.shared.tiny.intermediate_size=64",
+        "transport.request_timeout_s=10",
+    ]
     cpu, gpu = load_config(None, base), load_config(None, [*base, *COLOCATED])
     build_tiny_model(cpu.policies["shared"].tiny, policy_dir(cpu, "shared"))
     real = actor_module.make_engines
@@ -106,8 +121,12 @@ def test_a_colocated_actor_constructs_its_engines_at_its_first_lease(tmp_path: P
         return real(cpu, policies)
 
     monkeypatch.setattr(actor_module, "make_engines", make_engines)
-    hub = Hub(HubEndpoint(private_ipc_address(tmp_path / "ipc")), VersionLedger(cpu.run.name, {"shared": 0}),
-              unit_timeout_s=30.0, retry_after_s=0.01)
+    hub = Hub(
+        HubEndpoint(private_ipc_address(tmp_path / "ipc")),
+        VersionLedger(cpu.run.name, {"shared": 0}),
+        unit_timeout_s=30.0,
+        retry_after_s=0.01,
+    )
     hub.start()
     actor = Actor(gpu, hub.endpoint.address, "colocated")
     asks = []

@@ -22,6 +22,7 @@ def datasets_root() -> Path:
     root = Path(os.environ.get("ATGRPO_DATASETS_DIR", "../shared/datasets"))
     return root if root.is_absolute() else (REPO / root).resolve()
 
+
 _BATCH = r"""
 import contextlib, io, json, sys
 jobs = json.loads(sys.stdin.read())

@@ -78,9 +78,7 @@ APPS_CALL = {
     "problem_id": 18,
     "question": "Return the largest element and its index.",
     "solutions": json.dumps(["def top(xs):\n    i = max(range(len(xs)), key=xs.__getitem__)\n    return xs[i], i\n"]),
-    "input_output": json.dumps(
-        {"fn_name": "top", "inputs": [[[3, 9, 2]], [[5]]], "outputs": [[[9, 1]], [5, 0]]}
-    ),
+    "input_output": json.dumps({"fn_name": "top", "inputs": [[[3, 9, 2]], [[5]]], "outputs": [[[9, 1]], [5, 0]]}),
     "difficulty": "interview",
     "url": "",
     "starter_code": "def top(xs):\n\t",
@@ -109,10 +107,10 @@ def test_apps_call_based_function_and_solution_class(write_jsonl) -> None:
     fn, leet = load_apps(write_jsonl("apps.jsonl", [APPS_CALL, APPS_LEETCODE]))
     assert fn.style == "function" and fn.entry_point == "top" and len(fn.tests) == 2
     assert fn.starter_code == "def top(xs):\n\t"
-    leet_solution = "class Solution:\n    def countVowels(self, word):\n        return sum(c in 'aeiou' for c in word)\n"
-    results = run_function_tests(
-        [(fn.reference, fn), ("def top(xs):\n    return (0, 0)\n", fn), (leet_solution, leet)]
+    leet_solution = (
+        "class Solution:\n    def countVowels(self, word):\n        return sum(c in 'aeiou' for c in word)\n"
     )
+    results = run_function_tests([(fn.reference, fn), ("def top(xs):\n    return (0, 0)\n", fn), (leet_solution, leet)])
     # a tuple result compares as a list; APPS wraps single return values in a list ([[9, 1]] vs [5, 0])
     assert results == [[True, True], [False, False], [True, True]]
 
@@ -126,7 +124,10 @@ def test_codecontests_tests_limits_and_python3_reference(tmp_path: Path) -> None
         "generated_tests": {"input": ["7\n"], "output": ["14\n"]},
         "source": 2,
         "difficulty": 7,
-        "solutions": {"language": [2, 1, 3], "solution": ["int main(){}", "print input()*2", "print(int(input()) * 2)"]},
+        "solutions": {
+            "language": [2, 1, 3],
+            "solution": ["int main(){}", "print input()*2", "print(int(input()) * 2)"],
+        },
         "incorrect_solutions": {"language": [], "solution": []},
         "cf_contest_id": 1000,
         "cf_index": "A",
@@ -175,7 +176,10 @@ def test_livecodebench_stdin_with_compressed_private_tests(write_jsonl) -> None:
         "difficulty": "easy",
         "public_test_cases": json.dumps([{"input": "abc\n", "output": "ABC\n", "testtype": "stdin"}]),
         "private_test_cases": _lcb_compress(
-            [{"input": "x\n", "output": "X\n", "testtype": "stdin"}, {"input": "Hi\n", "output": "HI\n", "testtype": "stdin"}]
+            [
+                {"input": "x\n", "output": "X\n", "testtype": "stdin"},
+                {"input": "Hi\n", "output": "HI\n", "testtype": "stdin"},
+            ]
         ),
         "metadata": "{}",
     }
@@ -195,12 +199,12 @@ def test_livecodebench_functional_leetcode(write_jsonl) -> None:
         "contest_date": "2025-01-02T00:00:00",
         "starter_code": "class Solution:\n    def pairSum(self, nums: List[int], target: int) -> List[int]:\n        ",
         "difficulty": "medium",
-        "public_test_cases": json.dumps(
-            [{"input": "[2, 7, 11]\n9", "output": "[0, 1]", "testtype": "functional"}]
-        ),
+        "public_test_cases": json.dumps([{"input": "[2, 7, 11]\n9", "output": "[0, 1]", "testtype": "functional"}]),
         "private_test_cases": json.dumps(
-            [{"input": "[1, 5, 3]\n8", "output": "[1, 2]", "testtype": "functional"},
-             {"input": "[1, 2]\n10", "output": "[0, 1]", "testtype": "functional"}]
+            [
+                {"input": "[1, 5, 3]\n8", "output": "[1, 2]", "testtype": "functional"},
+                {"input": "[1, 2]\n10", "output": "[0, 1]", "testtype": "functional"},
+            ]
         ),
         "metadata": json.dumps({"func_name": "pairSum"}),
     }
@@ -219,8 +223,9 @@ def test_livecodebench_functional_leetcode(write_jsonl) -> None:
 def test_atgrpo_native_round_trip(tmp_path: Path) -> None:
     problems = [
         CodeProblem(id="a", source="atgrpo", prompt="p", style="function", tests=("assert f() == 1",)),
-        CodeProblem(id="b", source="atgrpo", prompt="q", style="stdio", hidden_cases=(IOCase("1\n", "1\n"),),
-                    meta={"level": 2}),
+        CodeProblem(
+            id="b", source="atgrpo", prompt="q", style="stdio", hidden_cases=(IOCase("1\n", "1\n"),), meta={"level": 2}
+        ),
     ]
     path = tmp_path / "set.jsonl"
     path.write_bytes(encode_jsonl(problems))

@@ -69,9 +69,18 @@ def test_skip_counts_every_kind_of_bad_record(tmp_path: Path) -> None:
     assert len(problems) == 1 and problems[0].answer == "4"
     reasons = [s.reason for s in problems.skipped]
     assert [s.where for s in problems.skipped] == [f"{path}:{i}" for i in range(2, 9)]
-    for reason, expected in zip(reasons, ["invalid JSON", "expected a JSON object", "missing field 'answer'",
-                                          "must be a string", "no '#### <final answer>'", "duplicate id",
-                                          "invalid JSON"]):
+    for reason, expected in zip(
+        reasons,
+        [
+            "invalid JSON",
+            "expected a JSON object",
+            "missing field 'answer'",
+            "must be a string",
+            "no '#### <final answer>'",
+            "duplicate id",
+            "invalid JSON",
+        ],
+    ):
         assert expected in reason, (reason, expected)
 
 
@@ -86,8 +95,13 @@ def test_code_records_with_wrong_shapes(tmp_path: Path) -> None:
     rows = [
         {"task_id": "H/0", "prompt": "def f():\n", "test": "assert True", "entry_point": "f"},  # no check()
         {"task_id": "H/1", "prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "not valid"},
-        {"task_id": "H/2", "prompt": "def f():\n", "test": "def check(c): pass", "entry_point": "f",
-         "canonical_solution": "    return 1\n"},
+        {
+            "task_id": "H/2",
+            "prompt": "def f():\n",
+            "test": "def check(c): pass",
+            "entry_point": "f",
+            "canonical_solution": "    return 1\n",
+        },
     ]
     path = tmp_path / "he.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -123,8 +137,13 @@ def test_livecodebench_pickle_cannot_run_code(tmp_path: Path) -> None:
     marker = Path("/tmp/atgrpo-pickle-ran")
     marker.unlink(missing_ok=True)
     evil = base64.b64encode(zlib.compress(pickle.dumps(_Boom()))).decode()
-    row = {"question_id": "q1", "question_content": "c", "public_test_cases": "[]", "private_test_cases": evil,
-           "metadata": "{}"}
+    row = {
+        "question_id": "q1",
+        "question_content": "c",
+        "public_test_cases": "[]",
+        "private_test_cases": evil,
+        "metadata": "{}",
+    }
     path = tmp_path / "lcb.jsonl"
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(DatasetRecordError, match="only plain data"):

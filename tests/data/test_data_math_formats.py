@@ -21,8 +21,12 @@ from atgrpo.verify import last_boxed
 
 def test_math_last_boxed_with_nested_braces(write_jsonl) -> None:
     rows = [
-        {"problem": "Simplify.", "level": "Level 2", "type": "Algebra",
-         "solution": "First $\\boxed{3}$ is wrong; in the end $x = \\boxed{\\frac{\\sqrt{3}}{2}}$."},
+        {
+            "problem": "Simplify.",
+            "level": "Level 2",
+            "type": "Algebra",
+            "solution": "First $\\boxed{3}$ is wrong; in the end $x = \\boxed{\\frac{\\sqrt{3}}{2}}$.",
+        },
         {"problem": "Pick one.", "level": "Level 1", "type": "Geometry", "solution": "So it is \\fbox{\\text{(B)}}."},
         {"problem": "Braces.", "level": "Level 5", "type": "Algebra", "solution": "Answer: $\\boxed{\\{1, 2\\}}$"},
     ]
@@ -33,11 +37,21 @@ def test_math_last_boxed_with_nested_braces(write_jsonl) -> None:
 
 
 def test_math500_answer_field_wins(write_jsonl) -> None:
-    row = {"problem": "Compute 2+2.", "solution": "It is $\\boxed{4}$.", "answer": "4", "subject": "Prealgebra",
-           "level": 1, "unique_id": "test/prealgebra/1.json"}
+    row = {
+        "problem": "Compute 2+2.",
+        "solution": "It is $\\boxed{4}$.",
+        "answer": "4",
+        "subject": "Prealgebra",
+        "level": 1,
+        "unique_id": "test/prealgebra/1.json",
+    }
     problems = load_math_problems(write_jsonl("math500.jsonl", [row]))
     assert problems.format == "math"
-    assert (problems[0].id, problems[0].answer, problems[0].meta["subject"]) == ("test/prealgebra/1.json", "4", "Prealgebra")
+    assert (problems[0].id, problems[0].answer, problems[0].meta["subject"]) == (
+        "test/prealgebra/1.json",
+        "4",
+        "Prealgebra",
+    )
 
 
 def test_math_unclosed_box_is_a_located_error(write_jsonl) -> None:
@@ -69,17 +83,21 @@ def test_aime_auto_format_and_bad_answers(write_jsonl) -> None:
 
 
 def test_gsm8k_negative_and_comma_answers(write_jsonl) -> None:
-    rows = [{"question": "q1", "answer": "work <<1-3=-2>>\n#### -2"},
-            {"question": "q2", "answer": "lots\n#### 1,250,000"},
-            {"question": "q3", "answer": "#### 12.5"}]
+    rows = [
+        {"question": "q1", "answer": "work <<1-3=-2>>\n#### -2"},
+        {"question": "q2", "answer": "lots\n#### 1,250,000"},
+        {"question": "q3", "answer": "#### 12.5"},
+    ]
     problems = load_gsm8k(write_jsonl("gsm.jsonl", rows))
     assert [p.answer for p in problems] == ["-2", "1250000", "12.5"]
     assert problems[0].solution == "work <<1-3=-2>>"
 
 
 def test_atgrpo_math_round_trip(tmp_path: Path) -> None:
-    problems = [MathProblem(id="a", source="atgrpo", question="1/2 + 1/4?", answer="\\frac{3}{4}"),
-                MathProblem(id="b", source="atgrpo", question="2 + 2?", answer="4", solution="2 + 2 = 4")]
+    problems = [
+        MathProblem(id="a", source="atgrpo", question="1/2 + 1/4?", answer="\\frac{3}{4}"),
+        MathProblem(id="b", source="atgrpo", question="2 + 2?", answer="4", solution="2 + 2 = 4"),
+    ]
     path = tmp_path / "set.jsonl"
     path.write_bytes(encode_jsonl(problems))
     assert list(load_atgrpo_math(path)) == problems

@@ -14,12 +14,19 @@ from atgrpo.models.peft_models import AdapterWeights, attach_adapters
 
 
 def two_role_config(model_dir: Path, engine: str, r: int = 8) -> RunConfig:
-    return load_config(None, [
-        f"policies.a.path='{model_dir}'", f"policies.b.path='{model_dir}'", "role_policy={plan='a', tool='b'}",
-        f"policies.a.lora={{r={r}, alpha={2 * r}.0, target_modules=['q_proj','v_proj','o_proj','down_proj']}}",
-        f"policies.b.lora={{r={r}, alpha={2 * r}.0, target_modules=['q_proj','v_proj','o_proj','down_proj']}}",
-        f"rollout.engine='{engine}'", "rollout.vllm_cpu_kv_cache_gb=0.5", "rollout.max_prompt_tokens=256",
-    ])
+    return load_config(
+        None,
+        [
+            f"policies.a.path='{model_dir}'",
+            f"policies.b.path='{model_dir}'",
+            "role_policy={plan='a', tool='b'}",
+            f"policies.a.lora={{r={r}, alpha={2 * r}.0, target_modules=['q_proj','v_proj','o_proj','down_proj']}}",
+            f"policies.b.lora={{r={r}, alpha={2 * r}.0, target_modules=['q_proj','v_proj','o_proj','down_proj']}}",
+            f"rollout.engine='{engine}'",
+            "rollout.vllm_cpu_kv_cache_gb=0.5",
+            "rollout.max_prompt_tokens=256",
+        ],
+    )
 
 
 def adapter(cfg: RunConfig, model_dir: Path, policy: str, seed: int, scale: float) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """The vLLM LoRA engine on the real model, in one child process (see test_lora_engines.py).
 
-    python lora_vllm_checks.py MODEL_DIR OUT_JSON
+python lora_vllm_checks.py MODEL_DIR OUT_JSON
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import time  # noqa: E402
+
 from lora_cases import adapter, gaps, reference_models, two_role_config  # noqa: E402
 
 from atgrpo.engines.base import SamplingParams  # noqa: E402
 from atgrpo.engines.lora import open_adapter_engines  # noqa: E402
-import time  # noqa: E402
 from atgrpo.workflows.prompts import encode_prompt  # noqa: E402
 
 GREEDY = SamplingParams(max_new_tokens=16, greedy=True)
@@ -50,7 +51,9 @@ def main(model_dir: str, out_path: str) -> None:
             if version == 1:
                 first[p] = [c.token_ids for c in comps]
             else:
-                res["v2_changed_outputs"] = res.get("v2_changed_outputs", True) and first[p] != [c.token_ids for c in comps]
+                res["v2_changed_outputs"] = res.get("v2_changed_outputs", True) and first[p] != [
+                    c.token_ids for c in comps
+                ]
         res["gaps"][str(version)] = found
     Path(out_path).write_text(json.dumps(res))
     print(json.dumps(res))

@@ -6,8 +6,6 @@ other adapter's; a new version replaces the old one (no stale adapter, no stale 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from lora_cases import adapter, gaps, reference_models, two_role_config
 
 from atgrpo.engines.base import SamplingParams

@@ -25,7 +25,9 @@ def vllm_checks(smollm2, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("vllm-lora") / "checks.json"
     proc = subprocess.run(
         [sys.executable, str(HERE / "lora_vllm_checks.py"), str(smollm2), str(out)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())

@@ -51,10 +51,14 @@ def test_logprobs_equal_the_learners_and_stops_come_from_the_model(engine_and_to
     prompts = prompts_of(tok, 6)
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=24, temperature=T), seed=1)
     assert all(o.token_ids[-1] == 2 for o in outs if o.finished)
-    mean, worst, _ = logprob_mismatch([o.logprobs for o in outs], learner_logprobs(hf, prompts, outs, T, facts.pad_token_id))
+    mean, worst, _ = logprob_mismatch(
+        [o.logprobs for o in outs], learner_logprobs(hf, prompts, outs, T, facts.pad_token_id)
+    )
     assert mean <= 1e-4 and worst <= 1e-3  # left-padded cached decoding against right-padded full passes
     greedy = engine.generate(prompts[:2], SamplingParams(max_new_tokens=12, greedy=True))
-    mean, worst, _ = logprob_mismatch([o.logprobs for o in greedy], learner_logprobs(hf, prompts[:2], greedy, 1.0, facts.pad_token_id))
+    mean, worst, _ = logprob_mismatch(
+        [o.logprobs for o in greedy], learner_logprobs(hf, prompts[:2], greedy, 1.0, facts.pad_token_id)
+    )
     assert mean <= 1e-4 and worst <= 1e-3
 
 
@@ -89,8 +93,11 @@ def test_the_prefill_computes_logits_at_the_last_position_only(tmp_path):
     from atgrpo.engines.torch_engine import TorchEngine
     from atgrpo.models.tiny import build_tiny_model
 
-    model = load_model(build_tiny_model(TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64,
-                                                      num_heads=2, num_kv_heads=1), tmp_path))
+    model = load_model(
+        build_tiny_model(
+            TinyModelSpec(hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2, num_kv_heads=1), tmp_path
+        )
+    )
     widths: list[int] = []
     model.lm_head.register_forward_hook(lambda _m, args, _out: widths.append(args[0].shape[1]))
     engine = TorchEngine(model, policy="p", stop_token_ids=[1], pad_token_id=0)

@@ -20,7 +20,9 @@ def checks(smollm2, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("vllm") / "checks.json"
     proc = subprocess.run(
         [sys.executable, str(HERE / "vllm_checks.py"), str(smollm2), str(out)],
-        capture_output=True, text=True, timeout=TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())

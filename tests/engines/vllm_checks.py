@@ -31,7 +31,8 @@ def perturbed(weights: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Te
 
 def same_tokens_close_logprobs(a, b, tol: float = 1e-4) -> bool:
     return [o.token_ids for o in a] == [o.token_ids for o in b] and all(
-        abs(x - y) <= tol for p, q in zip(a, b) for x, y in zip(p.logprobs, q.logprobs))
+        abs(x - y) <= tol for p, q in zip(a, b) for x, y in zip(p.logprobs, q.logprobs)
+    )
 
 
 def main(model_dir: str, out_path: str) -> None:
@@ -54,7 +55,8 @@ def main(model_dir: str, out_path: str) -> None:
     other = engine.generate([prompt] * 4, k_params, seed=8)
     res["k_distinct"] = len({tuple(o.token_ids) for o in outs})
     res["same_seed_same"] = [o.token_ids for o in outs] == [o.token_ids for o in again] and [
-        o.logprobs for o in outs] == [o.logprobs for o in again]
+        o.logprobs for o in outs
+    ] == [o.logprobs for o in again]
     res["other_seed_differs"] = [o.token_ids for o in outs] != [o.token_ids for o in other]
     res["stops"] = list(facts.stop_token_ids)
     res["finished_end_on_stop"] = all(o.token_ids[-1] in facts.stop_token_ids for o in outs + other if o.finished)
@@ -64,9 +66,13 @@ def main(model_dir: str, out_path: str) -> None:
     # Sampled logprobs against the learner's at T; greedy ones against the temperature-1 distribution.
     prompts = [encode_prompt(tok, f"Write one sentence about the number {i}.", chat=True) for i in range(8)]
     sampled = engine.generate(prompts, SamplingParams(max_new_tokens=32, temperature=T), seed=1)
-    res["sampled_mismatch"] = logprob_mismatch([o.logprobs for o in sampled], learner_logprobs(hf, prompts, sampled, T, facts.pad_token_id))
+    res["sampled_mismatch"] = logprob_mismatch(
+        [o.logprobs for o in sampled], learner_logprobs(hf, prompts, sampled, T, facts.pad_token_id)
+    )
     greedy = engine.generate(prompts[:4], SamplingParams(max_new_tokens=16, greedy=True))
-    res["greedy_mismatch"] = logprob_mismatch([o.logprobs for o in greedy], learner_logprobs(hf, prompts[:4], greedy, 1.0, facts.pad_token_id))
+    res["greedy_mismatch"] = logprob_mismatch(
+        [o.logprobs for o in greedy], learner_logprobs(hf, prompts[:4], greedy, 1.0, facts.pad_token_id)
+    )
     with torch.no_grad():  # greedy tokens are the argmax of the HF model's logits
         argmax_ok = []
         for p, o in zip(prompts[:4], greedy):
@@ -83,8 +89,12 @@ def main(model_dir: str, out_path: str) -> None:
 
     # Reload: a long, prefix-cached prompt; perturbed weights change its output and match the learner
     # holding the same weights (no KV of the old weights reused); the originals restore it exactly.
-    long_prompt = encode_prompt(tok, " ".join(f"Item {i} is a {['red', 'blue', 'green'][i % 3]} box." for i in range(40))
-                                + " Which colour is item 7?", chat=True)
+    long_prompt = encode_prompt(
+        tok,
+        " ".join(f"Item {i} is a {['red', 'blue', 'green'][i % 3]} box." for i in range(40))
+        + " Which colour is item 7?",
+        chat=True,
+    )
     res["long_prompt_tokens"] = len(long_prompt)
     lp = SamplingParams(max_new_tokens=16, temperature=T)
     before = engine.generate([long_prompt] * 2, lp, seed=5)
@@ -96,12 +106,17 @@ def main(model_dir: str, out_path: str) -> None:
     reload_s.append(time.perf_counter() - t)
     during = engine.generate([long_prompt] * 2, lp, seed=5)
     res["perturbed_changes_output"] = [o.token_ids for o in during] != [o.token_ids for o in before] or max(
-        abs(a - b) for x, y in zip(during, before) for a, b in zip(x.logprobs, y.logprobs)) > 1e-2
+        abs(a - b) for x, y in zip(during, before) for a, b in zip(x.logprobs, y.logprobs)
+    ) > 1e-2
     # Direct proof the engine computes with the new weights: its logprobs are far from the old
     # model's on the same tokens, and (below) within rounding of the new one's.
-    res["perturbed_vs_old_mismatch"] = logprob_mismatch([o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id))
+    res["perturbed_vs_old_mismatch"] = logprob_mismatch(
+        [o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id)
+    )
     hf.load_state_dict(noisy)
-    res["perturbed_mismatch"] = logprob_mismatch([o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id))
+    res["perturbed_mismatch"] = logprob_mismatch(
+        [o.logprobs for o in during], learner_logprobs(hf, [long_prompt] * 2, during, T, facts.pad_token_id)
+    )
     for swap in range(4):
         t = time.perf_counter()
         engine.load_weights(2 + swap, original if swap % 2 == 0 else noisy)

@@ -15,7 +15,15 @@ def step_both(
     """Steps env 0 of `pool` and `episode` with `action`; returns (rust row, reference row, record)."""
     out = pool.step([0], [action])
     rec = episode.step(as_utf8(action))
-    got = (out.obs[0], out.reward[0], out.reward_team[0], out.reward_local[0], out.done[0], out.success[0],
-           out.truncated[0], out.valid[0])
+    got = (
+        out.obs[0],
+        out.reward[0],
+        out.reward_team[0],
+        out.reward_local[0],
+        out.done[0],
+        out.success[0],
+        out.truncated[0],
+        out.valid[0],
+    )
     want = (rec.obs, rec.reward, rec.reward_team, rec.reward_local, rec.done, rec.success, rec.truncated, rec.valid)
     return got, want, rec

@@ -44,8 +44,19 @@ def test_step_returns_columns_tagged_with_env_ids(pool: atgrpo.EnvPool) -> None:
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "   ", "\x00\x01\x02", "#### [", "🙂" * 100, "U" * (1 << 20), "#### [U]" * 200_000, "\ud800 lone surrogate",
-     b"\xff\xfe not utf-8", None, "eval(__import__('os').system('true'))"],
+    [
+        "",
+        "   ",
+        "\x00\x01\x02",
+        "#### [",
+        "🙂" * 100,
+        "U" * (1 << 20),
+        "#### [U]" * 200_000,
+        "\ud800 lone surrogate",
+        b"\xff\xfe not utf-8",
+        None,
+        "eval(__import__('os').system('true'))",
+    ],
 )
 def test_garbage_text_is_an_invalid_action_never_an_exception(pool: atgrpo.EnvPool, garbage: object) -> None:
     before = pool.render([0])
@@ -95,8 +106,13 @@ def test_step_before_reset_and_after_done(pool: atgrpo.EnvPool) -> None:
 
 def test_closed_pool_raises(pool: atgrpo.EnvPool) -> None:
     pool.close()
-    for call in (lambda: pool.step([0], ["x"]), lambda: pool.reset([0], [0]), lambda: pool.render([0]),
-                 lambda: pool.fork(0, [1]), lambda: pool.snapshot([0])):
+    for call in (
+        lambda: pool.step([0], ["x"]),
+        lambda: pool.reset([0], [0]),
+        lambda: pool.render([0]),
+        lambda: pool.fork(0, [1]),
+        lambda: pool.snapshot([0]),
+    ):
         with pytest.raises(PoolClosedError):
             call()
 
@@ -130,7 +146,14 @@ def test_snapshot_restore_round_trip_and_rejects_bad_bytes(pool: atgrpo.EnvPool)
     assert list(other.status([0]).steps) == list(pool.status([1]).steps)
     assert other.solve([0]).plans == pool.solve([1]).plans
     rng = np.random.default_rng(0)
-    bad = [b"", b"AT", blobs[0][:-1], blobs[0] + b"\x00", b"XX" + blobs[0][2:], bytes(rng.integers(0, 256, 64, dtype=np.uint8))]
+    bad = [
+        b"",
+        b"AT",
+        blobs[0][:-1],
+        blobs[0] + b"\x00",
+        b"XX" + blobs[0][2:],
+        bytes(rng.integers(0, 256, 64, dtype=np.uint8)),
+    ]
     flipped = bytearray(blobs[0])
     flipped[3] ^= 0xFF  # task tag
     bad.append(bytes(flipped))

@@ -6,18 +6,24 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pool_vs_reference import step_both
 
 import atgrpo
 from atgrpo.envs.reference import make_episode
-
-from pool_vs_reference import step_both
 
 CONFIGS = {
     "planpath": [
         {},
         {"width": 6, "height": 4, "obstacle_ratio": 0.3, "min_distance": 2},
         {"width": 5, "height": 5, "obstacle_ratio": 0.2, "min_distance": 2, "stop_at_goal": False},
-        {"width": 5, "height": 5, "obstacle_ratio": 0.2, "min_distance": 2, "stop_at_goal": False, "optimal_bonus": 0.5},
+        {
+            "width": 5,
+            "height": 5,
+            "obstacle_ratio": 0.2,
+            "min_distance": 2,
+            "stop_at_goal": False,
+            "optimal_bonus": 0.5,
+        },
         {"optimal_bonus": -0.25, "invalid_move_penalty": 0.0},
     ],
     "sokoban": [{}, {"width": 7, "height": 6, "boxes": 2, "reverse_steps": 60}],
@@ -27,7 +33,7 @@ CONFIGS = {
 move_word = st.sampled_from(["U", "D", "L", "R", "up", "Down", "LEFT", "right", "X", "", "UU"])
 move_list = st.lists(move_word, max_size=12).map(lambda ws: "#### [" + ", ".join(ws) + "]")
 actions_list = st.lists(st.sampled_from(["U", "D", "L", "R"]), min_size=1, max_size=6).map(
-    lambda ws: '**Actions List**: [' + ", ".join(f'"{w}"' for w in ws) + "]"
+    lambda ws: "**Actions List**: [" + ", ".join(f'"{w}"' for w in ws) + "]"
 )
 triples = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 10), st.integers(0, 10)), min_size=1, max_size=6).map(
     lambda ts: "#### [" + ", ".join(f"({r}, {c}, {v})" for r, c, v in ts) + "]"

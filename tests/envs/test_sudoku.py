@@ -11,19 +11,18 @@ import struct
 
 import numpy as np
 import pytest
+from pool_vs_reference import step_both
 
 import atgrpo
 from atgrpo import errors
 from atgrpo.envs.reference import make_episode
 from atgrpo.envs.reference.common import Common, Outcome
 from atgrpo.envs.reference.parse import as_utf8
-from pool_vs_reference import step_both
 from atgrpo.envs.reference.rng import split_of_level
 from atgrpo.envs.reference.sudoku import (
     GRID,
     MAX_ATTEMPTS,
     TRIPLES,
-    Geometry,
     SudokuRef,
     SudokuRefConfig,
     is_complete_valid,
@@ -161,10 +160,26 @@ def test_parse_accepts(text: str, want: object) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "", "####", "#### ()", "#### (1, 2)", "#### (1, 2, 3, 4)", "#### (1, 2, 3", "#### (1, 2, 3) done",
-        "#### (1, -2, 3)", "#### ((1, 2, 3))", "#### (1; 2; 3)", "#### (r1, c2, 3)", "#### (1, 2, 3)\u00e9",
-        "(1,1,1)" * 9, "1 2 3 4", "1234 3412 2143 432", "1234 3412 2143 43210", "1234 3412 2143 4325",
-        "Answer: 1234 3412 2143 4321", "1234/3412/2143/4321", " " * (16 * 1024) + "####1234341221434321",
+        "",
+        "####",
+        "#### ()",
+        "#### (1, 2)",
+        "#### (1, 2, 3, 4)",
+        "#### (1, 2, 3",
+        "#### (1, 2, 3) done",
+        "#### (1, -2, 3)",
+        "#### ((1, 2, 3))",
+        "#### (1; 2; 3)",
+        "#### (r1, c2, 3)",
+        "#### (1, 2, 3)\u00e9",
+        "(1,1,1)" * 9,
+        "1 2 3 4",
+        "1234 3412 2143 432",
+        "1234 3412 2143 43210",
+        "1234 3412 2143 4325",
+        "Answer: 1234 3412 2143 4321",
+        "1234/3412/2143/4321",
+        " " * (16 * 1024) + "####1234341221434321",
     ],
 )
 def test_parse_rejects(text: str) -> None:

@@ -71,9 +71,18 @@ def make_steps(model_dir: Path, seed: int = 0) -> list[list[MicroBatch]]:
                 noisy = (own + torch.from_numpy(rng.normal(0.0, 0.15, size=len(response))).float()).clamp(max=0.0)
                 samples.append(
                     Sample(
-                        run_id="test", policy="shared", version=0, step=len(steps), role="plan",
-                        key=GroupKey(env=i, agent=0, turn=0), prompt_ids=prompt, response_ids=response,
-                        logprobs=noisy.tolist(), reward=0.0, reward_team=0.0, reward_local=0.0,
+                        run_id="test",
+                        policy="shared",
+                        version=0,
+                        step=len(steps),
+                        role="plan",
+                        key=GroupKey(env=i, agent=0, turn=0),
+                        prompt_ids=prompt,
+                        response_ids=response,
+                        logprobs=noisy.tolist(),
+                        reward=0.0,
+                        reward_team=0.0,
+                        reward_local=0.0,
                     )
                 )
             # step 2's advantages are larger, so its gradient norm is well above step 1's (choose_grad_clip)

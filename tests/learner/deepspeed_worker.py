@@ -13,7 +13,6 @@ import argparse
 from pathlib import Path
 
 import torch
-
 from deepspeed_cases import EXTRA_CONFIG, LOSS, LR, SHARES, STREAM_CHUNKS, WEIGHT_DECAY, checksum, from_dicts
 
 from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
@@ -42,8 +41,14 @@ def main() -> None:
 
     def backend(stage: int) -> DeepSpeedBackend:
         return DeepSpeedBackend(
-            load_model(args.model), lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=LOSS,
-            zero_stage=stage, timeout_s=TIMEOUT_S, extra_config=EXTRA_CONFIG,
+            load_model(args.model),
+            lr=LR,
+            weight_decay=WEIGHT_DECAY,
+            grad_clip=grad_clip,
+            loss_cfg=LOSS,
+            zero_stage=stage,
+            timeout_s=TIMEOUT_S,
+            extra_config=EXTRA_CONFIG,
         )
 
     def share(step: int) -> list:

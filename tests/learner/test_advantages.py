@@ -22,16 +22,36 @@ EPS = 1e-6
 RTOL = 1e-12
 """float64 arithmetic of a few operations on values below 10: rounding is ~1e-15 relative."""
 CASE = [  # (env, agent, turn, branch, reward)
-    (0, 0, 0, 0, 1.0), (0, 0, 0, 1, 3.0), (0, 0, 1, 0, 5.0), (0, 0, 1, 1, 7.0),
-    (0, 1, 0, 0, 0.0), (0, 1, 0, 1, 2.0), (0, 1, 1, 0, 4.0), (0, 1, 1, 1, 4.0),
-    (1, 0, 0, 0, 10.0), (1, 0, 0, 1, 10.0),
+    (0, 0, 0, 0, 1.0),
+    (0, 0, 0, 1, 3.0),
+    (0, 0, 1, 0, 5.0),
+    (0, 0, 1, 1, 7.0),
+    (0, 1, 0, 0, 0.0),
+    (0, 1, 0, 1, 2.0),
+    (0, 1, 1, 0, 4.0),
+    (0, 1, 1, 1, 4.0),
+    (1, 0, 0, 0, 10.0),
+    (1, 0, 0, 1, 10.0),
 ]
 
 
 def samples() -> list[Sample]:
     return [
-        Sample("run", "shared", 0, 0, ("tool", "plan")[a], GroupKey(e, a, t), [1], [2], [-0.1], reward=r,
-               reward_team=r, reward_local=0.0, branch=b)
+        Sample(
+            "run",
+            "shared",
+            0,
+            0,
+            ("tool", "plan")[a],
+            GroupKey(e, a, t),
+            [1],
+            [2],
+            [-0.1],
+            reward=r,
+            reward_team=r,
+            reward_local=0.0,
+            branch=b,
+        )
         for e, a, t, b, r in CASE
     ]
 

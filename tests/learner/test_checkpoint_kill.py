@@ -145,11 +145,21 @@ def assert_weights(got: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor],
         assert torch.equal(got[k], want), k
 
 
-def kill_mid_write(out: Path, model_dir: Path, point: str, log: Path, script: str = CHILD, says: str = "writing") -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(atgrpo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+def kill_mid_write(
+    out: Path, model_dir: Path, point: str, log: Path, script: str = CHILD, says: str = "writing"
+) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(atgrpo.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
     with log.open("w") as err:
-        child = subprocess.Popen([sys.executable, "-c", script, str(out), str(model_dir), point], stdout=subprocess.PIPE,
-                                 stderr=err, text=True, env=env)
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(out), str(model_dir), point],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
         try:
             assert child.stdout is not None
             deadline = time.monotonic() + 180

@@ -14,7 +14,13 @@ import torch
 from atgrpo.config import load_config
 from atgrpo.errors import ConfigChangedError
 from atgrpo.learner.checkpoints import (
-    RunState, check_and_write_config, config_changes, latest_checkpoint, mark_latest, read_state, step_folder,
+    RunState,
+    check_and_write_config,
+    config_changes,
+    latest_checkpoint,
+    mark_latest,
+    read_state,
+    step_folder,
     write_state,
 )
 
@@ -97,7 +103,10 @@ def test_cuda_rng_states_come_back_on_as_many_devices(tmp_path: Path, monkeypatc
 
 @pytest.mark.parametrize("devices", [1, 4])
 def test_a_different_device_count_restores_the_devices_both_have(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, devices: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    devices: int,
 ) -> None:
     saved = write_on_gpu(tmp_path, 2)
     gpu = FakeCuda(monkeypatch, devices)
@@ -108,7 +117,9 @@ def test_a_different_device_count_restores_the_devices_both_have(
     assert gpu.calls == [f"set {both}"]
     assert all(torch.equal(gpu.states[i], saved[i]) for i in range(both))
     assert all(torch.equal(gpu.states[i], untouched[i]) for i in range(both, devices))
-    assert f"CUDA RNG states of 2 devices, this process sees {devices}" in caplog.text and "not bit-exact" in caplog.text
+    assert (
+        f"CUDA RNG states of 2 devices, this process sees {devices}" in caplog.text and "not bit-exact" in caplog.text
+    )
 
 
 def test_a_gpu_checkpoint_loads_on_cpu_and_a_cpu_one_on_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,8 +170,18 @@ def test_resume_refuses_a_config_that_changes_what_is_learned(tmp_path: Path) ->
     check_and_write_config(first, out, resuming=False)
     assert load_config(out / "config.toml") == first
 
-    longer = load_config(None, [f'run.out_dir="{out}"', "run.steps=4", "launch.actors=3", "run.time_limit_s=0",
-                                "run.keep_checkpoints=0", "run.keep_checkpoint_steps=[20, 40]", constant])
+    longer = load_config(
+        None,
+        [
+            f'run.out_dir="{out}"',
+            "run.steps=4",
+            "launch.actors=3",
+            "run.time_limit_s=0",
+            "run.keep_checkpoints=0",
+            "run.keep_checkpoint_steps=[20, 40]",
+            constant,
+        ],
+    )
     assert config_changes(first, longer) == []
     check_and_write_config(longer, out, resuming=True)  # schedule and plumbing may change
 
@@ -188,7 +209,9 @@ def _mount_tmpfs(where: Path, size_bytes: int) -> bool:
     if os.geteuid() != 0:
         return False
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)], capture_output=True
+    )
     return done.returncode == 0
 
 

@@ -18,16 +18,23 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from deepspeed_cases import (
-    EXTRA_CONFIG, LOSS, LR, STREAM_CHUNKS, WEIGHT_DECAY, build_model, checksum, choose_grad_clip, make_steps, to_dicts,
+    EXTRA_CONFIG,
+    LOSS,
+    LR,
+    STREAM_CHUNKS,
+    WEIGHT_DECAY,
+    build_model,
+    checksum,
+    choose_grad_clip,
+    make_steps,
+    to_dicts,
     total_tokens,
 )
 
 from atgrpo.learner.backends import TorchBackend
 from atgrpo.learner.distributed import ENV_KEYS, free_port
 from atgrpo.models.folder import load_model
-
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "deepspeed_worker.py"
@@ -77,8 +84,14 @@ def ds_backend(model_dir: Path, stage: int, grad_clip: float, loss_cfg=LOSS):
     from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
     return DeepSpeedBackend(
-        load_model(model_dir), lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=loss_cfg,
-        zero_stage=stage, timeout_s=60, extra_config=EXTRA_CONFIG,
+        load_model(model_dir),
+        lr=LR,
+        weight_decay=WEIGHT_DECAY,
+        grad_clip=grad_clip,
+        loss_cfg=loss_cfg,
+        zero_stage=stage,
+        timeout_s=60,
+        extra_config=EXTRA_CONFIG,
     )
 
 
@@ -172,7 +185,14 @@ def test_empty_share_is_an_update_with_zero_gradient(world_of_one, model_dir, st
     # TorchBackend under torch.distributed (initialised by the DeepSpeed backend) zero-fills and steps too
     ref.train_step([], 0)
     metrics = ds.train_step([], 0)
-    assert metrics == {"loss": 0.0, "clip_frac": 0.0, "logprob_mismatch": 0.0, "is_weight": 0.0, "grad_norm": 0.0, "tokens": 0.0}
+    assert metrics == {
+        "loss": 0.0,
+        "clip_frac": 0.0,
+        "logprob_mismatch": 0.0,
+        "is_weight": 0.0,
+        "grad_norm": 0.0,
+        "tokens": 0.0,
+    }
     after = ds.export_weights()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert_weights_close(after, snapshot(ref))
@@ -222,10 +242,26 @@ def two_ranks(tmp_path_factory, model_dir, steps, grad_clip):
     env = {k: v for k, v in os.environ.items() if k not in ENV_KEYS and not k.startswith(("TORCHELASTIC_", "LOCAL_"))}
     env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=str(ext), PYTHONUNBUFFERED="1")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        str(WORKER), "--model", str(model_dir), "--case", str(root / "case.pt"), "--out", str(out),
-        "--stages", ",".join(map(str, STAGES)),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(WORKER),
+        "--model",
+        str(model_dir),
+        "--case",
+        str(root / "case.pt"),
+        "--out",
+        str(out),
+        "--stages",
+        ",".join(map(str, STAGES)),
     ]
     log_path = root / "log.txt"
     with open(log_path, "wb") as log:

@@ -24,12 +24,21 @@ META = torch.device("meta")
 
 
 def _config(tmp_path, share_prefix: bool):
-    return load_config(None, [
-        f"run.out_dir={str(tmp_path)!r}", "warmstart.steps=0", f"train.share_prefix={str(share_prefix).lower()}",
-        "policies.shared.tiny.hidden_size=32", "policies.shared.tiny.intermediate_size=64",
-        "policies.shared.tiny.num_layers=1", "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1",
-        "train.entropy_coef=0.01", "train.kl_coef=0.01",
-    ])
+    return load_config(
+        None,
+        [
+            f"run.out_dir={str(tmp_path)!r}",
+            "warmstart.steps=0",
+            f"train.share_prefix={str(share_prefix).lower()}",
+            "policies.shared.tiny.hidden_size=32",
+            "policies.shared.tiny.intermediate_size=64",
+            "policies.shared.tiny.num_layers=1",
+            "policies.shared.tiny.num_heads=2",
+            "policies.shared.tiny.num_kv_heads=1",
+            "train.entropy_coef=0.01",
+            "train.kl_coef=0.01",
+        ],
+    )
 
 
 def _plan(trainer: Trainer, share_prefix: bool) -> RankPlan:
@@ -65,10 +74,15 @@ def test_a_micro_batch_left_on_the_cpu_is_caught(tmp_path, monkeypatch):
 def test_a_lora_checkpoint_is_written_with_the_base_on_another_device(tmp_path):
     """The merged model of a LoRA checkpoint is built on the host: the base lies on the learner's
     device and the adapter's exported tensors on the CPU (on an H200 the old merge raised)."""
-    cfg = load_config(None, [
-        f"run.out_dir={str(tmp_path / 'run')!r}", "warmstart.steps=0", "policies.shared.lora={r=4, alpha=8.0}",
-        "policies.shared.tiny={hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1}",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir={str(tmp_path / 'run')!r}",
+            "warmstart.steps=0",
+            "policies.shared.lora={r=4, alpha=8.0}",
+            "policies.shared.tiny={hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1}",
+        ],
+    )
     prepare_models(cfg, device=torch.device("cpu"))
     with MetaReads():
         trainer = Trainer(cfg, device=META)

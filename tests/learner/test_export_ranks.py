@@ -17,11 +17,18 @@ from atgrpo.warmstart.prepare import prepare_models
 
 
 def _config(tmp_path):
-    return load_config(None, [
-        f"run.out_dir={str(tmp_path)!r}", "warmstart.steps=0",
-        "policies.shared.tiny.hidden_size=32", "policies.shared.tiny.intermediate_size=64",
-        "policies.shared.tiny.num_layers=1", "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1",
-    ])
+    return load_config(
+        None,
+        [
+            f"run.out_dir={str(tmp_path)!r}",
+            "warmstart.steps=0",
+            "policies.shared.tiny.hidden_size=32",
+            "policies.shared.tiny.intermediate_size=64",
+            "policies.shared.tiny.num_layers=1",
+            "policies.shared.tiny.num_heads=2",
+            "policies.shared.tiny.num_kv_heads=1",
+        ],
+    )
 
 
 def _rank(rank: int, port: int, out_dir: str, results, failures) -> None:

@@ -13,17 +13,22 @@ import copy
 import numpy as np
 import pytest
 import torch
+from test_deepspeed import world_of_one  # noqa: F401  (fixture)
 
 from atgrpo.config import TrainSection
 from atgrpo.errors import UnsupportedModelError
 from atgrpo.learner.batching import build_microbatches
-from atgrpo.learner.checkpointing import configure_learner_model, enable_gradient_checkpointing, is_checkpointed, logit_chunk_tokens
+from atgrpo.learner.checkpointing import (
+    configure_learner_model,
+    enable_gradient_checkpointing,
+    is_checkpointed,
+    logit_chunk_tokens,
+)
 from atgrpo.learner.logprobs import loss_inputs, token_logprobs
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.messages import GroupKey, Sample
 from atgrpo.models.folder import load_model
 from atgrpo.models.tiny import TinyModelSpec, build_tiny_model
-from test_deepspeed import world_of_one  # noqa: F401  (fixture)
 
 SPEC = TinyModelSpec(hidden_size=32, num_layers=3, intermediate_size=64, num_heads=2, num_kv_heads=1)
 EPS = torch.finfo(torch.float32).eps
@@ -42,8 +47,22 @@ def micro_batches(share_prefix: bool):
         prompt = rng.integers(3, 40, size=int(rng.integers(2, 16))).tolist()
         for _ in range(3):
             response = rng.integers(3, 40, size=int(rng.integers(1, 9))).tolist()
-            samples.append(Sample("r", "shared", 0, 0, "plan", GroupKey(g, 0, 0), prompt, response,
-                                  (rng.normal(size=len(response)) * 0.1 - 3.0).tolist(), 0.0, 0.0, 0.0))
+            samples.append(
+                Sample(
+                    "r",
+                    "shared",
+                    0,
+                    0,
+                    "plan",
+                    GroupKey(g, 0, 0),
+                    prompt,
+                    response,
+                    (rng.normal(size=len(response)) * 0.1 - 3.0).tolist(),
+                    0.0,
+                    0.0,
+                    0.0,
+                )
+            )
     adv = rng.normal(size=len(samples))
     total = sum(len(s.response_ids) for s in samples)
     return build_microbatches(samples, adv, max_tokens=60, pad_id=0, share_prefix=share_prefix), total
@@ -138,8 +157,16 @@ def test_zero3_with_checkpointing_and_shared_prefixes_matches_the_torch_backend(
     folder = build_model(tmp_path)
     policy = load_model(folder)
     enable_gradient_checkpointing(policy)
-    ds = DeepSpeedBackend(policy, lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=1.0, loss_cfg=LOSS, zero_stage=3,
-                          timeout_s=60, extra_config=EXTRA_CONFIG)
+    ds = DeepSpeedBackend(
+        policy,
+        lr=LR,
+        weight_decay=WEIGHT_DECAY,
+        grad_clip=1.0,
+        loss_cfg=LOSS,
+        zero_stage=3,
+        timeout_s=60,
+        extra_config=EXTRA_CONFIG,
+    )
     ref = TorchBackend(load_model(folder), lr=LR, weight_decay=WEIGHT_DECAY, grad_clip=1.0, loss_cfg=LOSS)
     plain, total = micro_batches(False)
     shared, _ = micro_batches(True)

@@ -23,8 +23,9 @@ class _Stop(Exception):
 
 
 def test_the_learner_creates_its_group_with_that_timeout(tmp_path, monkeypatch):
-    cfg = load_config(None, [f"run.out_dir={str(tmp_path)!r}", "transport.round_timeout_s=1234",
-                             "transport.step_timeout_s=77"])
+    cfg = load_config(
+        None, [f"run.out_dir={str(tmp_path)!r}", "transport.round_timeout_s=1234", "transport.step_timeout_s=77"]
+    )
     seen = {}
 
     def init(backend, timeout_s):

@@ -53,7 +53,9 @@ def test_gpu_weights_go_through_buffers_reused_only_once_nothing_refers_to_them(
     first = stager.to_host(WEIGHTS)
     assert _same(first, WEIGHTS) and gpu.allocated == 3 and gpu.syncs == 1
     second = stager.to_host(WEIGHTS)  # the first export is still held: a second set
-    assert gpu.allocated == 6 and {t.data_ptr() for t in first.values()}.isdisjoint(t.data_ptr() for t in second.values())
+    assert gpu.allocated == 6 and {t.data_ptr() for t in first.values()}.isdisjoint(
+        t.data_ptr() for t in second.values()
+    )
     ptrs = [t.data_ptr() for t in first.values()]
     del first
     changed = {k: v + 1 if v.is_floating_point() else v for k, v in WEIGHTS.items()}

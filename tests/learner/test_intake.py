@@ -33,9 +33,15 @@ K = 2
 
 def limits(**changes: object) -> IntakeLimits:
     base = IntakeLimits(
-        roles=("tool", "plan"), role_policy={"tool": "shared", "plan": "shared"},
-        policies={"shared": PolicyLimits(VOCAB, context_length=64)}, turns=4, k=K, tree=True, trajectory=False,
-        max_new_tokens=8, micro_batch_tokens=32,
+        roles=("tool", "plan"),
+        role_policy={"tool": "shared", "plan": "shared"},
+        policies={"shared": PolicyLimits(VOCAB, context_length=64)},
+        turns=4,
+        k=K,
+        tree=True,
+        trajectory=False,
+        max_new_tokens=8,
+        micro_batch_tokens=32,
     )
     return dataclasses.replace(base, **changes)
 
@@ -44,8 +50,21 @@ UNIT = WorkUnit(unit_id=7, step=3, seeds=[10, 11], env_offset=4, split="train", 
 
 
 def sample(env: int = 4, agent: int = 1, turn: int = 0, branch: int = 0, **changes: object) -> Sample:
-    s = Sample("run", "shared", 0, 3, ("tool", "plan")[agent % 2], GroupKey(env, agent, turn), [1, 2, 3], [4, 5],
-               [-0.5, -0.25], reward=1.0, reward_team=1.0, reward_local=0.0, branch=branch)
+    s = Sample(
+        "run",
+        "shared",
+        0,
+        3,
+        ("tool", "plan")[agent % 2],
+        GroupKey(env, agent, turn),
+        [1, 2, 3],
+        [4, 5],
+        [-0.5, -0.25],
+        reward=1.0,
+        reward_team=1.0,
+        reward_local=0.0,
+        branch=branch,
+    )
     return msgspec.structs.replace(s, **changes)
 
 
@@ -83,11 +102,20 @@ def test_each_bad_sample_is_refused_with_its_reason(reason: str) -> None:
     assert fault is not None and fault.reason == reason and fault.scope == "unit", fault
 
 
-@pytest.mark.parametrize("changes", [
-    dict(response_ids=[4, -1]), dict(response_ids=[4, VOCAB + 5]), dict(prompt_ids=[-3, 1]),
-    dict(logprobs=[-math.inf, -0.1]), dict(reward_team=math.nan), dict(reward_local=-math.inf),
-    dict(key=GroupKey(4, 1, 4)), dict(key=GroupKey(4, 2, 0)), dict(key=GroupKey(4, -1, 0)),
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(response_ids=[4, -1]),
+        dict(response_ids=[4, VOCAB + 5]),
+        dict(prompt_ids=[-3, 1]),
+        dict(logprobs=[-math.inf, -0.1]),
+        dict(reward_team=math.nan),
+        dict(reward_local=-math.inf),
+        dict(key=GroupKey(4, 1, 4)),
+        dict(key=GroupKey(4, 2, 0)),
+        dict(key=GroupKey(4, -1, 0)),
+    ],
+)
 def test_more_values_outside_their_range_are_refused(changes: dict) -> None:
     assert sample_fault(sample(**changes), limits()) is not None
 
@@ -112,8 +140,12 @@ def test_trajectory_samples_use_key_env_0_0_and_any_role() -> None:
 # -- a unit ---------------------------------------------------------------------------------------
 
 
-def unit_fault(batches: list[list[Sample]], lim: IntakeLimits | None = None, unit: WorkUnit = UNIT,
-               env_results: list[EnvResult] | None = None) -> str | None:
+def unit_fault(
+    batches: list[list[Sample]],
+    lim: IntakeLimits | None = None,
+    unit: WorkUnit = UNIT,
+    env_results: list[EnvResult] | None = None,
+) -> str | None:
     """The reason the first unit fault of `batches` (then `finish`) gives, or None."""
     intake = UnitIntake(unit, lim or limits())
     for batch in batches:
@@ -131,19 +163,24 @@ def test_a_whole_unit_passes() -> None:
     assert intake.finish(envs()) is None and len(intake.samples) == 4 * K
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (sample(env=3), "key_outside_unit"),  # below env_offset
-    (sample(env=6), "key_outside_unit"),  # env_offset + len(seeds)
-    (sample(step=2), "wrong_step"),
-    (sample(branch=0, response_ids=[9, 9]), "duplicate_branch"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (sample(env=3), "key_outside_unit"),  # below env_offset
+        (sample(env=6), "key_outside_unit"),  # env_offset + len(seeds)
+        (sample(step=2), "wrong_step"),
+        (sample(branch=0, response_ids=[9, 9]), "duplicate_branch"),
+    ],
+)
 def test_samples_that_do_not_belong_to_the_unit_refuse_it(bad: Sample, reason: str) -> None:
     assert unit_fault([[sample(branch=0)], [bad]]) == reason
 
 
 def test_a_policy_the_unit_does_not_name_refuses_it() -> None:
-    lim = limits(role_policy={"tool": "shared", "plan": "other"},
-                 policies={"shared": PolicyLimits(VOCAB), "other": PolicyLimits(VOCAB)})
+    lim = limits(
+        role_policy={"tool": "shared", "plan": "other"},
+        policies={"shared": PolicyLimits(VOCAB), "other": PolicyLimits(VOCAB)},
+    )
     assert unit_fault([[sample(policy="other")]], lim) == "wrong_policy"
 
 
@@ -169,13 +206,16 @@ def test_a_tree_group_must_be_whole_when_the_unit_ends() -> None:
     assert unit_fault([group(4, 0, 0), [sample(5, 0, 0, 1)]]) == "group_incomplete"
 
 
-@pytest.mark.parametrize("rows", [
-    [EnvResult(4, False, 2, 0.5)],  # env 5 missing
-    [EnvResult(4, False, 2, 0.5), EnvResult(5, False, 2, 0.5), EnvResult(5, False, 2, 0.5)],
-    [EnvResult(4, False, 2, 0.5), EnvResult(6, False, 2, 0.5)],  # outside the unit
-    [EnvResult(4, False, 2, math.nan), EnvResult(5, False, 2, 0.5)],
-    [EnvResult(4, False, 5, 0.5), EnvResult(5, False, 2, 0.5)],  # more turns than task.turns
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [EnvResult(4, False, 2, 0.5)],  # env 5 missing
+        [EnvResult(4, False, 2, 0.5), EnvResult(5, False, 2, 0.5), EnvResult(5, False, 2, 0.5)],
+        [EnvResult(4, False, 2, 0.5), EnvResult(6, False, 2, 0.5)],  # outside the unit
+        [EnvResult(4, False, 2, math.nan), EnvResult(5, False, 2, 0.5)],
+        [EnvResult(4, False, 5, 0.5), EnvResult(5, False, 2, 0.5)],  # more turns than task.turns
+    ],
+)
 def test_env_results_must_be_one_finite_row_per_env_of_the_unit(rows: list[EnvResult]) -> None:
     assert unit_fault([group()], env_results=rows) == "env_results"
 
@@ -190,7 +230,10 @@ def test_parallel_groups_may_shrink_after_the_first_decision() -> None:
 
 def test_trajectory_groups_hold_whole_consistent_episodes() -> None:
     lim = limits(tree=False, trajectory=True)
-    ep = lambda b, n, r=1.0: [sample(4, 0, 0, b, reward=r, response_ids=[4, i]) for i in range(n)]
+
+    def ep(b, n, r=1.0):
+        return [sample(4, 0, 0, b, reward=r, response_ids=[4, i]) for i in range(n)]
+
     assert unit_fault([ep(0, 3), ep(1, 2)], lim, env_results=envs(per_env=K)) is None
     assert unit_fault([ep(0, 3)], lim, env_results=envs(per_env=K)) == "group_incomplete"  # episode 1 missing
     assert unit_fault([ep(0, 9)], lim) == "group_overfull"  # more than 2 roles x 4 turns
@@ -221,7 +264,9 @@ def test_an_over_budget_sample_drops_its_whole_pooled_group(grouping: str, poole
     assert {s.key for s in intake.samples} == {GroupKey(5, 1, 1)} and intake.dropped_samples == K + 1
     assert intake.add([sample(4, 1, 1, 1)]) == [] and intake.staged_last == 0
     assert intake.finish(envs()) is None
-    keep, dropped = screen([*group(pooled.env, pooled.agent, pooled.turn), sample(4, 1, 1, 0, prompt_ids=[1] * 40), *group(5, 1, 1)], lim)
+    keep, dropped = screen(
+        [*group(pooled.env, pooled.agent, pooled.turn), sample(4, 1, 1, 0, prompt_ids=[1] * 40), *group(5, 1, 1)], lim
+    )
     assert keep == [K + 1, K + 2] and dropped == {"over_budget": 1, "group_of_dropped": K}
 
 
@@ -232,22 +277,27 @@ def test_an_over_budget_sample_does_not_hide_a_unit_fault() -> None:
 # -- what the workflows really produce passes ----------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, greedy", [
-    ([], False),
-    (['rollout.sampling="parallel"'], False),
-    (['rollout.sampling="parallel"', 'rollout.grouping="trajectory"'], False),
-    (['rollout.grouping="agent"'], False),
-    (['rollout.grouping="turn"'], False),
-    (['rollout.sampling="parallel"', 'rollout.grouping="agent"'], False),
-    ([], True),
-])
+@pytest.mark.parametrize(
+    "overrides, greedy",
+    [
+        ([], False),
+        (['rollout.sampling="parallel"'], False),
+        (['rollout.sampling="parallel"', 'rollout.grouping="trajectory"'], False),
+        (['rollout.grouping="agent"'], False),
+        (['rollout.grouping="turn"'], False),
+        (['rollout.sampling="parallel"', 'rollout.grouping="agent"'], False),
+        ([], True),
+    ],
+)
 def test_real_units_of_every_sampling_mode_pass(overrides: list[str], greedy: bool) -> None:
     cfg = load_config(None, ["task.env={width=6,height=6,obstacle_ratio=0.2,min_distance=3}", *overrides])
     eng = ScriptedEngine(lambda text, i: ["[U]", "[D]", "[L]", "[R]"][i % 4])
     unit = WorkUnit(0, 0, [0, 1, 2], 3, "train", {"shared": 0}, greedy=greedy)
     wf = GameWorkflow(cfg)
     try:
-        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=16), run_id="t")
+        result = wf.run(
+            unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=16), run_id="t"
+        )
     finally:
         wf.close()
     intake = UnitIntake(unit, IntakeLimits.from_config(cfg, {"shared": PolicyLimits(len(eng.tokenizer))}))
@@ -283,8 +333,11 @@ def test_a_malformed_sample_reaching_plan_is_dropped_and_counted_not_raised() ->
     assert len(data.staleness) == 2 and adv.values.shape == (2,)
     trained = [i for st in plans[0].steps["shared"] for mb in st.micro_batches for i in mb.sample_index]
     assert sorted(trained) == [0, 1]
-    assert orch.metrics() == {"learner/dropped_out_of_vocab": 1.0, "learner/dropped_group_of_dropped": 1.0,
-                              "learner/dropped_total": 2.0}
+    assert orch.metrics() == {
+        "learner/dropped_out_of_vocab": 1.0,
+        "learner/dropped_group_of_dropped": 1.0,
+        "learner/dropped_total": 2.0,
+    }
 
 
 def test_a_step_the_packer_cannot_take_trains_on_nothing_instead_of_ending_the_run() -> None:
@@ -299,8 +352,17 @@ def test_a_step_the_packer_cannot_take_trains_on_nothing_instead_of_ending_the_r
 
 
 def test_limits_from_a_config() -> None:
-    cfg = load_config(None, ['rollout.sampling="parallel"', 'rollout.grouping="trajectory"', "rollout.k=3",
-                             "task.turns=5", "rollout.max_new_tokens=12", "train.micro_batch_tokens=99"])
+    cfg = load_config(
+        None,
+        [
+            'rollout.sampling="parallel"',
+            'rollout.grouping="trajectory"',
+            "rollout.k=3",
+            "task.turns=5",
+            "rollout.max_new_tokens=12",
+            "train.micro_batch_tokens=99",
+        ],
+    )
     lim = IntakeLimits.from_config(cfg, {"shared": PolicyLimits(VOCAB)})
     assert (lim.roles, lim.turns, lim.k, lim.tree, lim.trajectory) == (("tool", "plan"), 5, 3, False, True)
     assert lim.grouping == "trajectory"

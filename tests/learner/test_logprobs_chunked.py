@@ -41,8 +41,22 @@ def samples_of(seed: int, groups: int = 4, k: int = 3) -> list[Sample]:
         prompt = rng.integers(3, 40, size=int(rng.integers(2, 15))).tolist()
         for _ in range(k):
             response = rng.integers(3, 40, size=int(rng.integers(1, 9))).tolist()
-            out.append(Sample("r", "shared", 0, 0, "plan", GroupKey(g, 0, 0), prompt, response,
-                              [-3.0] * len(response), 0.0, 0.0, 0.0))
+            out.append(
+                Sample(
+                    "r",
+                    "shared",
+                    0,
+                    0,
+                    "plan",
+                    GroupKey(g, 0, 0),
+                    prompt,
+                    response,
+                    [-3.0] * len(response),
+                    0.0,
+                    0.0,
+                    0.0,
+                )
+            )
     return out
 
 
@@ -61,13 +75,19 @@ def full_logits(model, mb: MicroBatch) -> torch.Tensor:
         return model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits
     p = mb.prefix
     cache = DynamicCache()
-    model(input_ids=p.ids, attention_mask=p.mask, position_ids=(p.mask.cumsum(-1) - 1).clamp(min=0),
-          past_key_values=cache, use_cache=True)
+    model(
+        input_ids=p.ids,
+        attention_mask=p.mask,
+        position_ids=(p.mask.cumsum(-1) - 1).clamp(min=0),
+        past_key_values=cache,
+        use_cache=True,
+    )
     cache.batch_select_indices(p.row)
     positions = p.mask.sum(-1)[p.row][:, None] + torch.arange(mb.input_ids.shape[1])[None, :]
     mask = torch.cat([p.mask[p.row], mb.attention_mask], dim=1)
-    return model(input_ids=mb.input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                 use_cache=True).logits
+    return model(
+        input_ids=mb.input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+    ).logits
 
 
 def reference(model, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:

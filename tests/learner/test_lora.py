@@ -23,9 +23,13 @@ TINY = "{hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2, num_kv
 
 def lora_config(tmp_path, **extra):
     overrides = [
-        f"run.out_dir='{tmp_path / 'run'}'", "warmstart.steps=0", "role_policy={plan='a', tool='b'}",
-        f"policies.a.tiny={TINY}", f"policies.b.tiny={TINY}",
-        "policies.a.lora={r=4, alpha=8.0}", "policies.b.lora={r=8, alpha=8.0, target_modules=['q_proj','v_proj','up_proj']}",
+        f"run.out_dir='{tmp_path / 'run'}'",
+        "warmstart.steps=0",
+        "role_policy={plan='a', tool='b'}",
+        f"policies.a.tiny={TINY}",
+        f"policies.b.tiny={TINY}",
+        "policies.a.lora={r=4, alpha=8.0}",
+        "policies.b.lora={r=8, alpha=8.0, target_modules=['q_proj','v_proj','up_proj']}",
         *[f"{k}={v}" for k, v in extra.items()],
     ]
     cfg = load_config(None, overrides)
@@ -87,8 +91,14 @@ def test_shared_base_trains_each_adapter_as_if_alone(tmp_path):
         weights = AdapterWeights(alone, p)
         weights.load_state_dict(start[p])
         pc = cfg.policies[p]
-        be = TorchBackend(alone, lr=pc.lr, weight_decay=pc.weight_decay, grad_clip=cfg.train.grad_clip, loss_cfg=loss_config(cfg),
-                          adapter=weights)
+        be = TorchBackend(
+            alone,
+            lr=pc.lr,
+            weight_decay=pc.weight_decay,
+            grad_clip=cfg.train.grad_clip,
+            loss_cfg=loss_config(cfg),
+            adapter=weights,
+        )
         be.train_step(work[p], total_tokens(work[p]))
         shared = trainer.backends[p].weight_state()
         for k, v in weights.state_dict().items():

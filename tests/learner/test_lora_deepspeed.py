@@ -8,14 +8,13 @@ other policy's adapter bit for bit as they were.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from deepspeed_cases import make_steps, total_tokens
 from test_deepspeed import assert_metrics_close, ds_backend, world_of_one  # noqa: F401  (fixture)
-from test_precision import linear_output_dtypes, see_outer_autocast_as_on_a_gpu
 from test_lora import lora_config, plan, randomise
 from test_lora_warmstart import warm_config
+from test_precision import linear_output_dtypes, see_outer_autocast_as_on_a_gpu
 
 from atgrpo.errors import CheckpointLoadError
 from atgrpo.learner.backends import TorchBackend, make_backend
@@ -25,7 +24,6 @@ from atgrpo.learner.trainer import Trainer, loss_config
 from atgrpo.models.folder import load_model
 from atgrpo.paths import policy_dir
 from atgrpo.warmstart.prepare import prepare_models
-
 
 LR = 1e-3
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -40,8 +38,14 @@ def group(cfg, backend: str, zero_stage: int = 0, dtype: str = "float32"):
         randomise(adapters[p], seed)
     train = cfg.train.model_copy(update={"backend": backend, "zero_stage": zero_stage, "dtype": dtype})
     return {
-        p: make_backend(adapters[p].model, train, cfg.policies[p].lr, cfg.policies[p].weight_decay, loss_config(cfg),
-                        adapter=adapters[p])
+        p: make_backend(
+            adapters[p].model,
+            train,
+            cfg.policies[p].lr,
+            cfg.policies[p].weight_decay,
+            loss_config(cfg),
+            adapter=adapters[p],
+        )
         for p in POLICIES
     }
 
@@ -51,7 +55,9 @@ def frozen_state(model) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def close_to_fp32_rounding(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> None:
+def close_to_fp32_rounding(
+    got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]
+) -> None:
     """Adam's first step moves each entry by lr * g / (|g| + eps): rounding in the gradient (another
     summation order under ZeRO) barely changes it, so the two updates agree to a few fp32 roundings
     of the values involved, |w| and lr. A wrong or missing gradient moves an entry by ~lr instead."""
@@ -70,7 +76,8 @@ def test_one_step_matches_torch_and_touches_nothing_else(world_of_one, tmp_path,
     ref, ds = group(cfg, "torch"), group(cfg, "deepspeed", stage)
     shared = ds["a"].model
     assert ds["b"].model is shared and {id(p) for p in ds["a"].engine.module.parameters()} == {
-        id(p) for p in ds["a"].adapter.parameters()}  # the engine owns the adapter, not the base
+        id(p) for p in ds["a"].adapter.parameters()
+    }  # the engine owns the adapter, not the base
     for p, other in (("a", "b"), ("b", "a")):
         start = {k: v.clone() for k, v in ds[p].export_weights().items()}
         before = frozen_state(shared)
@@ -108,7 +115,9 @@ def test_streamed_steps_of_the_group_interleave(world_of_one, tmp_path):
         for p in POLICIES:
             ds[p].accumulate(work[p][half])
     for p in POLICIES:
-        assert_metrics_close(ds[p].finish_step(total_tokens(work[p])), ref[p].train_step(work[p], total_tokens(work[p])))
+        assert_metrics_close(
+            ds[p].finish_step(total_tokens(work[p])), ref[p].train_step(work[p], total_tokens(work[p]))
+        )
         close_to_fp32_rounding(ds[p].export_weights(), ref[p].export_weights(), start[p])
 
 
@@ -155,9 +164,15 @@ def test_zero3_with_lora_is_refused(tmp_path):
 
 @pytest.mark.parametrize("backend", ["torch", "deepspeed"])
 def test_kl_reference_is_the_base_with_adapters_off(world_of_one, tmp_path, backend):
-    cfg = lora_config(tmp_path, **{
-        "train.kl_coef": 0.5, "train.backend": f"'{backend}'", "train.zero_stage": 2, "policies.a.lr": LR,
-    })
+    cfg = lora_config(
+        tmp_path,
+        **{
+            "train.kl_coef": 0.5,
+            "train.backend": f"'{backend}'",
+            "train.zero_stage": 2,
+            "policies.a.lr": LR,
+        },
+    )
     trainer = Trainer(cfg)  # peft's start: B = 0, each policy is the base
     be = trainer.backends["a"]
     assert (type(be) is TorchBackend) == (backend == "torch") and be.ref_model is not None
@@ -182,7 +197,11 @@ def test_kl_reference_is_the_base_with_adapters_off(world_of_one, tmp_path, back
     for i in range(3):
         trainer.train(plan({"a": steps[i][:2]}))  # b takes empty steps
     assert kl_and_ref() > 0.0  # the policy left its reference, which stayed the base
-    shared = {k.replace(".base_layer.", "."): v for k, v in be.model.get_base_model().state_dict().items() if ".lora_" not in k}
+    shared = {
+        k.replace(".base_layer.", "."): v
+        for k, v in be.model.get_base_model().state_dict().items()
+        if ".lora_" not in k
+    }
     assert all(torch.equal(shared[k], v) for k, v in base_before.items())  # the base never moved
 
 
@@ -190,7 +209,9 @@ def test_kl_reference_is_the_base_with_adapters_off(world_of_one, tmp_path, back
 def test_kl_reference_of_a_warm_started_adapter_stays_that_adapter(world_of_one, tmp_path, backend):
     """A warm-started adapter's reference is the adapter as warm-started (learner.lora.AdapterReference),
     also when DeepSpeed owns the adapter's parameters: equal to the policy at the start, unmoved by steps."""
-    cfg = warm_config(tmp_path, "train.kl_coef=0.5", f"train.backend='{backend}'", "train.zero_stage=2", f"policies.a.lr={LR}")
+    cfg = warm_config(
+        tmp_path, "train.kl_coef=0.5", f"train.backend='{backend}'", "train.zero_stage=2", f"policies.a.lr={LR}"
+    )
     prepare_models(cfg)
     trainer = Trainer(cfg)
     be = trainer.backends["a"]

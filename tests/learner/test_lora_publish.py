@@ -29,18 +29,28 @@ def replied(hub: Hub, replies: int, within_s: float = 10.0) -> float:
 
 
 def test_lora_publish_sends_the_adapter_only(tmp_path):
-    cfg = load_config(None, [
-        f"run.out_dir='{tmp_path / 'run'}'", "warmstart.steps=0", "role_policy={plan='a', tool='b'}",
-        "policies.a.lora={r=8}", "policies.b.lr=1e-4",  # b: full fine-tuning of the same built model
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"run.out_dir='{tmp_path / 'run'}'",
+            "warmstart.steps=0",
+            "role_policy={plan='a', tool='b'}",
+            "policies.a.lora={r=8}",
+            "policies.b.lr=1e-4",  # b: full fine-tuning of the same built model
+        ],
+    )
     prepare_models(cfg)
     trainer = Trainer(cfg)
     with torch.no_grad():  # a non-zero adapter, so what the actor gets is checked for real values
         for p in trainer.backends["a"].adapter.parameters():
             p.normal_(0.0, 0.1)
     weights, _ = trainer.export()
-    hub = Hub(HubEndpoint(private_ipc_address(tmp_path / "ipc")), VersionLedger(cfg.run.name, {"a": 0, "b": 0}),
-              limits=intake_limits(cfg, trainer), unit_timeout_s=30.0)
+    hub = Hub(
+        HubEndpoint(private_ipc_address(tmp_path / "ipc")),
+        VersionLedger(cfg.run.name, {"a": 0, "b": 0}),
+        limits=intake_limits(cfg, trainer),
+        unit_timeout_s=30.0,
+    )
     hub.start()
     sent: dict[str, float] = {}
     got = {}

@@ -8,6 +8,8 @@ import json
 
 import pytest
 import torch
+from deepspeed_cases import make_steps, total_tokens
+
 from atgrpo.config import load_config
 from atgrpo.learner.backends.base import kl_reference
 from atgrpo.learner.batching import pair_microbatches
@@ -23,7 +25,6 @@ from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir, warm_adapter_dir
 from atgrpo.warmstart import demos, prepare
 from atgrpo.warmstart.prepare import prepare_models
-from deepspeed_cases import make_steps, total_tokens
 
 TINY = "{hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2, num_kv_heads=1}"
 

@@ -28,7 +28,9 @@ def t(*rows) -> torch.Tensor:
 
 
 def close(got: float | torch.Tensor, want) -> None:
-    torch.testing.assert_close(torch.as_tensor(got, dtype=torch.float32), torch.as_tensor(want, dtype=torch.float32), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(
+        torch.as_tensor(got, dtype=torch.float32), torch.as_tensor(want, dtype=torch.float32), rtol=RTOL, atol=ATOL
+    )
 
 
 def inputs(logp, behaviour, adv, weights, **extra) -> tuple[LossInputs, torch.Tensor]:
@@ -74,7 +76,9 @@ def test_masked_tokens_contribute_nothing():
 
 def test_token_mean_divides_by_the_steps_token_count():
     # ratio 1 everywhere (inside the range): token loss = -A
-    x, _ = inputs(t([0.0, 0.0], [0.0, 0.0]), t([0.0, 0.0], [0.0, 0.0]), t([1.0, 1.0], [-4.0, 0.0]), t([1.0, 1.0], [1.0, 0.0]))
+    x, _ = inputs(
+        t([0.0, 0.0], [0.0, 0.0]), t([0.0, 0.0], [0.0, 0.0]), t([1.0, 1.0], [-4.0, 0.0]), t([1.0, 1.0], [1.0, 0.0])
+    )
     # -1 - 1 + 4 = 2 over this micro-batch's 3 tokens
     close(ppo_clip_loss(x, LossConfig(), total_tokens=3).loss, 2.0 / 3.0)
     # the step has 10 tokens in all (other micro-batches, other ranks): this share is 2 / 10
@@ -85,7 +89,9 @@ def test_token_mean_divides_by_the_steps_token_count():
 
 def test_seq_mean_weights_count_each_sample_once():
     # sample 0 has 2 tokens (weight 1/2 each), sample 1 one token (weight 1); normalizer = 2 samples
-    x, _ = inputs(t([0.0, 0.0], [0.0, 0.0]), t([0.0, 0.0], [0.0, 0.0]), t([1.0, 1.0], [-4.0, 0.0]), t([0.5, 0.5], [1.0, 0.0]))
+    x, _ = inputs(
+        t([0.0, 0.0], [0.0, 0.0]), t([0.0, 0.0], [0.0, 0.0]), t([1.0, 1.0], [-4.0, 0.0]), t([0.5, 0.5], [1.0, 0.0])
+    )
     out = ppo_clip_loss(x, LossConfig(), total_tokens=2)
     # 0.5 * -1 + 0.5 * -1 + 1 * 4 = 3; / 2 samples = 1.5
     close(out.loss, 1.5)
@@ -178,6 +184,13 @@ def test_metrics_are_the_sums_over_the_steps_tokens():
     sums = {"loss_sum": -2.3, "clip_frac_sum": 3.0, "logprob_mismatch_sum": 1.5, "is_weight_sum": 4.0}
     m = finish_metrics(sums, total_tokens=4, grad_norm=0.5)
     assert m == pytest.approx(
-        {"loss": -0.575, "clip_frac": 0.75, "logprob_mismatch": 0.375, "is_weight": 1.0, "grad_norm": 0.5, "tokens": 4.0},
+        {
+            "loss": -0.575,
+            "clip_frac": 0.75,
+            "logprob_mismatch": 0.375,
+            "is_weight": 1.0,
+            "grad_norm": 0.5,
+            "tokens": 4.0,
+        },
         rel=1e-12,
     )

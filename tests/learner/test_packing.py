@@ -26,16 +26,40 @@ def step_samples(seed: int = 0) -> list[Sample]:
             prompt = [int(t) for t in rng.integers(3, 50, size=int(rng.integers(2, 7)))]
             for b in range(3):
                 n = int(rng.integers(1, 6))
-                out.append(Sample("r", role, 0, 0, role, GroupKey(env, agent, 0), prompt, [int(t) for t in rng.integers(3, 50, size=n)],
-                                  [float(x) for x in -rng.random(n)], float(rng.normal()), 0.0, 0.0, branch=b))
+                out.append(
+                    Sample(
+                        "r",
+                        role,
+                        0,
+                        0,
+                        role,
+                        GroupKey(env, agent, 0),
+                        prompt,
+                        [int(t) for t in rng.integers(3, 50, size=n)],
+                        [float(x) for x in -rng.random(n)],
+                        float(rng.normal()),
+                        0.0,
+                        0.0,
+                        branch=b,
+                    )
+                )
     return out
 
 
 def make_plans(world: int, share_prefix: bool, minibatches: int = 2):
     samples = step_samples()
     adv = np.linspace(-1.0, 1.0, len(samples))
-    return samples, plan_step(samples, adv, policies=POLICIES, pad_ids={p: 0 for p in POLICIES}, world=world,
-                              minibatches=minibatches, max_tokens=24, aggregation="token_mean", share_prefix=share_prefix)
+    return samples, plan_step(
+        samples,
+        adv,
+        policies=POLICIES,
+        pad_ids={p: 0 for p in POLICIES},
+        world=world,
+        minibatches=minibatches,
+        max_tokens=24,
+        aggregation="token_mean",
+        share_prefix=share_prefix,
+    )
 
 
 @pytest.mark.parametrize("share_prefix", [False, True])

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from deepspeed_cases import EXTRA_CONFIG, LOSS, WEIGHT_DECAY, choose_grad_clip, total_tokens
 from test_deepspeed import model_dir, steps, world_of_one  # noqa: F401  (fixtures)
 
@@ -32,15 +31,24 @@ RESOLVED = 2.0**-8
 
 
 def torch_backend(model_dir: Path, dtype: str, lr: float = SMALL_LR, grad_clip: float = 1e9) -> TorchBackend:
-    return TorchBackend(load_model(model_dir), lr=lr, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=LOSS, dtype=dtype)
+    return TorchBackend(
+        load_model(model_dir), lr=lr, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=LOSS, dtype=dtype
+    )
 
 
 def ds_backend(model_dir: Path, stage: int, dtype: str, lr: float = SMALL_LR, grad_clip: float = 1e9):
     from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 
     return DeepSpeedBackend(
-        load_model(model_dir), lr=lr, weight_decay=WEIGHT_DECAY, grad_clip=grad_clip, loss_cfg=LOSS,
-        zero_stage=stage, timeout_s=60, extra_config=EXTRA_CONFIG, dtype=dtype,
+        load_model(model_dir),
+        lr=lr,
+        weight_decay=WEIGHT_DECAY,
+        grad_clip=grad_clip,
+        loss_cfg=LOSS,
+        zero_stage=stage,
+        timeout_s=60,
+        extra_config=EXTRA_CONFIG,
+        dtype=dtype,
     )
 
 
@@ -160,7 +168,9 @@ def linear_output_dtypes(module: torch.nn.Module) -> list[torch.dtype]:
     return seen
 
 
-def test_deepspeed_zero0_bf16_computes_in_bf16_where_deepspeed_turns_autocast_off(world_of_one, model_dir, steps, monkeypatch):
+def test_deepspeed_zero0_bf16_computes_in_bf16_where_deepspeed_turns_autocast_off(
+    world_of_one, model_dir, steps, monkeypatch
+):
     """ZeRO-0 computes fp32 parameters under autocast; on a GPU DeepSpeed's engine switched that
     autocast off and the step ran in fp32 (found on an H100: 5x slower, no bf16 gap)."""
     see_outer_autocast_as_on_a_gpu(monkeypatch)
@@ -178,8 +188,10 @@ def test_grad_norm_and_clipping_agree_across_backends_and_stages(world_of_one, m
     grad_clip = choose_grad_clip(model_dir, steps)
     runs = {}
     for name in ("torch", 0, 1, 2, 3):
-        b = torch_backend(model_dir, "bfloat16", grad_clip=grad_clip) if name == "torch" else ds_backend(
-            model_dir, name, "bfloat16", grad_clip=grad_clip
+        b = (
+            torch_backend(model_dir, "bfloat16", grad_clip=grad_clip)
+            if name == "torch"
+            else ds_backend(model_dir, name, "bfloat16", grad_clip=grad_clip)
         )
         client = b.optimizer if name == "torch" else b.engine.basic_optimizer
         applied: list[float] = []

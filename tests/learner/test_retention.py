@@ -17,7 +17,14 @@ from spawned_ranks import spawn_ranks
 from atgrpo.config import load_config
 from atgrpo.learner import retention
 from atgrpo.learner.checkpoints import (
-    COMPLETE, KEEP, RunState, latest_checkpoint, mark_latest, read_state, step_folder, write_state,
+    COMPLETE,
+    KEEP,
+    RunState,
+    latest_checkpoint,
+    mark_latest,
+    read_state,
+    step_folder,
+    write_state,
 )
 from atgrpo.learner.distributed import free_port
 from atgrpo.learner.retention import Entry, plan_removal, prune_checkpoints
@@ -90,7 +97,8 @@ def test_prune_keeps_the_newest_latest_and_marked_ones(tmp_path: Path) -> None:
 
 
 def test_a_crash_in_the_middle_of_a_removal_is_finished_by_the_next_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for step in (1, 2, 3):
         make_checkpoint(tmp_path, step, files=20)
@@ -149,7 +157,9 @@ class StubTrainer:
 
 @pytest.mark.parametrize("rank0", [True, False])
 def test_only_rank_0_removes_and_only_after_the_barrier(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rank0: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    rank0: bool,
 ) -> None:
     from atgrpo.learner import trainer
 
@@ -184,13 +194,16 @@ def _rank_main(rank: int, port: int, out: str, failures) -> None:
 
         def prune(where, *args):
             # rank 1 writes its part a second late: rank 0 must not get here before it is on disk
-            assert (step_folder(where, 3) / "shared" / "rank1.pt").is_file(), "pruned before every rank's part was written"
+            assert (step_folder(where, 3) / "shared" / "rank1.pt").is_file(), (
+                "pruned before every rank's part was written"
+            )
             return real(where, *args)
 
         trainer.prune_checkpoints = prune
         cfg = load_config(None, [f'run.out_dir="{out}"', "run.keep_checkpoints=1"])
         StubTrainer(cfg, 2, [], rank, delay_s=1.0 if rank == 1 else 0.0).checkpoint(
-            root, RunState(3, {"shared": 3}, 0.5), rank0=rank == 0)
+            root, RunState(3, {"shared": 3}, 0.5), rank0=rank == 0
+        )
         torch.distributed.barrier()
         assert listing(root) == ["latest", "step_000003"]
     except BaseException as exc:  # reported to the test process
@@ -206,7 +219,9 @@ def test_two_ranks_over_gloo_remove_once_every_part_is_written(tmp_path: Path) -
 
 
 def test_a_failed_removal_does_not_fail_the_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     root = tmp_path / "checkpoints"
     make_checkpoint(root, 1)

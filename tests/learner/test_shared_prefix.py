@@ -32,7 +32,9 @@ def make_samples(seed: int, groups: int = 6, k: int = 4, prompt_len=(1, 20), res
         for _ in range(k if g < groups else 1):
             response = rng.integers(3, 40, size=int(rng.integers(*response_len))).tolist()
             behaviour = (rng.normal(size=len(response)) * 0.1 - 3.0).tolist()
-            samples.append(Sample("r", "shared", 0, 0, "plan", GroupKey(g, 0, 0), prompt, response, behaviour, 0.0, 0.0, 0.0))
+            samples.append(
+                Sample("r", "shared", 0, 0, "plan", GroupKey(g, 0, 0), prompt, response, behaviour, 0.0, 0.0, 0.0)
+            )
     order = rng.permutation(len(samples))  # a group's samples need not be next to each other
     return [samples[i] for i in order]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+
 from atgrpo.learner.signal_watch import SignalWatch, quiet_policies
 from atgrpo.messages import GroupKey, Sample
 

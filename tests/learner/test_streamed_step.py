@@ -6,8 +6,16 @@ tolerance test_deepspeed.py explains (rounding of a different summation order, A
 from __future__ import annotations
 
 import torch
-
-from deepspeed_cases import LOSS, LR, STREAM_CHUNKS, WEIGHT_DECAY, build_model, choose_grad_clip, make_steps, total_tokens
+from deepspeed_cases import (
+    LOSS,
+    LR,
+    STREAM_CHUNKS,
+    WEIGHT_DECAY,
+    build_model,
+    choose_grad_clip,
+    make_steps,
+    total_tokens,
+)
 
 from atgrpo.learner.backends import TorchBackend
 from atgrpo.learner.logprobs import loss_inputs

@@ -25,8 +25,14 @@ from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 
 DEVICE = os.environ.get("ATGRPO_TEST_DEVICE", "cpu")
-TINY = ["policies.shared.tiny.hidden_size=32", "policies.shared.tiny.intermediate_size=64", "policies.shared.tiny.num_layers=1",
-        "policies.shared.tiny.num_heads=2", "policies.shared.tiny.num_kv_heads=1", "warmstart.steps=0"]
+TINY = [
+    "policies.shared.tiny.hidden_size=32",
+    "policies.shared.tiny.intermediate_size=64",
+    "policies.shared.tiny.num_layers=1",
+    "policies.shared.tiny.num_heads=2",
+    "policies.shared.tiny.num_kv_heads=1",
+    "warmstart.steps=0",
+]
 
 
 def _model(tmp_path, device: str = "cpu"):
@@ -52,8 +58,9 @@ def test_a_published_set_holds_a_tied_tensor_once_under_its_first_name(tmp_path)
 
 def test_the_torch_engine_takes_a_published_set_and_its_tied_head_follows(tmp_path):
     cfg, model = _model(tmp_path)
-    engine = TorchEngine(load_model(policy_dir(cfg, "shared"), device=DEVICE), policy="shared", stop_token_ids=[0],
-                         pad_token_id=0)
+    engine = TorchEngine(
+        load_model(policy_dir(cfg, "shared"), device=DEVICE), policy="shared", stop_token_ids=[0], pad_token_id=0
+    )
     new = {k: v + 0.5 for k, v in without_aliases(model, model.state_dict()).items()}
     engine.load_weights(1, new)
     state = engine.model.state_dict()

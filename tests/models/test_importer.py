@@ -65,7 +65,9 @@ def test_bad_sources_and_existing_destinations_are_typed_errors(smollm2, tmp_pat
 def test_the_cli_reports_a_bad_source_with_status_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "atgrpo.cli.model", "import", str(tmp_path / "nothing.gguf"), str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "atgrpo-model:" in proc.stderr
 

@@ -14,7 +14,9 @@ from atgrpo.sandbox import Sandbox, SandboxIsolationWarning, function_program
 def make(mode: str, **overrides: object) -> Sandbox:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SandboxIsolationWarning)
-        return Sandbox(namespaces=mode == "namespaces", **{"workers": 2, "timeout_s": 1.0, "memory_mb": 256, **overrides})
+        return Sandbox(
+            namespaces=mode == "namespaces", **{"workers": 2, "timeout_s": 1.0, "memory_mb": 256, **overrides}
+        )
 
 
 @pytest.fixture(scope="module", params=["namespaces", "fallback"])

@@ -46,7 +46,12 @@ def test_busy_loop_in_a_thread(sandbox: Sandbox) -> None:
     code = "import threading\ndef spin():\n    while True:\n        pass\nt = threading.Thread(target=spin)\nt.start()\nt.join()\n"
     assert run_one(sandbox, code)[0] == Verdict.TIMEOUT
     # A spinning daemon thread left behind by a finished test does not outlive the execution.
-    r = sandbox.run(function_program("import threading\n", ["threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()", "assert 1"]))
+    r = sandbox.run(
+        function_program(
+            "import threading\n",
+            ["threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()", "assert 1"],
+        )
+    )
     assert r.verdicts == ["passed", "passed"]
     assert_still_works(sandbox)
 
@@ -69,7 +74,9 @@ def test_memory_bomb(sandbox: Sandbox) -> None:
 
 
 def test_a_gigabyte_of_output(sandbox: Sandbox) -> None:
-    verdict, detail, out, _ = run_one(sandbox, "import sys\nblock = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(block)\n")
+    verdict, detail, out, _ = run_one(
+        sandbox, "import sys\nblock = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(block)\n"
+    )
     assert verdict == Verdict.OUTPUT_LIMIT, detail
     assert len(out) <= sandbox.config.max_output_bytes
     verdict, *_ = run_one(sandbox, "import sys\nfor _ in range(1 << 30):\n    sys.stderr.write('e' * 4096)\n")
@@ -88,7 +95,9 @@ def test_writing_outside_the_private_directory(sandbox: Sandbox, tmp_path: Path)
     assert_still_works(sandbox)
 
 
-def test_secrets_in_the_environment_and_files_stay_hidden(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secrets_in_the_environment_and_files_stay_hidden(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ATGRPO_FAKE_SECRET", "hunter2-do-not-leak")
     secret_file = tmp_path / "token"
     secret_file.write_text("hunter2-do-not-leak")
@@ -115,7 +124,10 @@ def test_opening_sockets(sandbox: Sandbox) -> None:
     for family in ["AF_INET", "AF_INET6", "AF_UNIX"]:
         verdict, detail, _, _ = run_one(sandbox, f"import socket\ns = socket.socket(socket.{family})\n")
         assert verdict == Verdict.RUNTIME_ERROR and "PermissionError" in detail, detail
-    assert run_one(sandbox, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=0.5)\n")[0] == Verdict.RUNTIME_ERROR
+    assert (
+        run_one(sandbox, "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=0.5)\n")[0]
+        == Verdict.RUNTIME_ERROR
+    )
     assert_still_works(sandbox)
 
 
@@ -296,7 +308,13 @@ LIARS = {
 
 @pytest.mark.parametrize("liar", sorted(LIARS))
 def test_objects_that_claim_equality_are_unsupported_values(sandbox: Sandbox, liar: str) -> None:
-    tests = ["assert f(1) == 2", "assert f(1) in {2}", "assert len(f(1)) == 3", "assert f(1) == [2, 3, 4]", "assert not f(1) != 2"]
+    tests = [
+        "assert f(1) == 2",
+        "assert f(1) in {2}",
+        "assert len(f(1)) == 3",
+        "assert f(1) == [2, 3, 4]",
+        "assert not f(1) != 2",
+    ]
     r = sandbox.run(function_program(LIARS[liar], tests))
     assert all(v == Verdict.UNSUPPORTED_VALUE for v in r.verdicts), (liar, r.tests)
     assert "not plain data" in r.tests[0].detail
@@ -312,21 +330,31 @@ def test_monkeypatched_builtins_stay_in_the_programs_process(sandbox: Sandbox) -
         "builtins.__build_class__ = None\n"
         "def f(x):\n    return [x]\n"
     )
-    r = sandbox.run(function_program(code, ["assert f(1) == [2]", "assert len(f(1)) == 3", "assert isinstance(f(1), str)", "assert f(1) == [1]"]))
+    r = sandbox.run(
+        function_program(
+            code, ["assert f(1) == [2]", "assert len(f(1)) == 3", "assert isinstance(f(1), str)", "assert f(1) == [1]"]
+        )
+    )
     assert r.verdicts == ["wrong_answer", "wrong_answer", "wrong_answer", "passed"], r.tests
     assert_still_works(sandbox)
 
 
 def test_the_program_never_sees_the_tests_or_setup(sandbox: Sandbox) -> None:
     # The expected answer lives in the setup and the tests; the program searches all of its memory.
-    code = "import gc\ndef f(x):\n    return sum(isinstance(o, str) and 'atgrpo-secret' in o for o in gc.get_objects())\n"
-    r = sandbox.run(function_program(code, ["assert f(0) == 0, 'atgrpo-secret-2'"], setup="SECRET = 'atgrpo-secret-1'\n"))
+    code = (
+        "import gc\ndef f(x):\n    return sum(isinstance(o, str) and 'atgrpo-secret' in o for o in gc.get_objects())\n"
+    )
+    r = sandbox.run(
+        function_program(code, ["assert f(0) == 0, 'atgrpo-secret-2'"], setup="SECRET = 'atgrpo-secret-1'\n")
+    )
     assert r.verdicts == ["passed"], r.tests
 
 
 def test_the_program_dying_or_garbling_the_channel_mid_call(sandbox: Sandbox) -> None:
     code = "import os, sys\ndef die(x):\n    os._exit(3)\ndef garble(x):\n    os.write(4, b'V\\xff\\xff\\xff\\x7f')\n    return x\ndef ok(x):\n    return x\n"
-    r = sandbox.run(function_program(code, ["assert ok(1) == 1", "die(1)", "assert ok(2) == 2", "garble(1)", "assert ok(3) == 3"]))
+    r = sandbox.run(
+        function_program(code, ["assert ok(1) == 1", "die(1)", "assert ok(2) == 2", "garble(1)", "assert ok(3) == 3"])
+    )
     assert r.verdicts == ["passed", "runtime_error", "passed", "runtime_error", "passed"], r.tests
     assert "status 3" in r.tests[1].detail and "channel" in r.tests[3].detail and r.starts == 3
     assert_still_works(sandbox)

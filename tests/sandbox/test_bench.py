@@ -11,7 +11,9 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
     out = tmp_path / "sandbox.json"
     result = subprocess.run(
         [sys.executable, "-m", "atgrpo.bench.cli", "sandbox", "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
@@ -34,11 +36,19 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
         assert math.isclose(row["ratio"], want, rel_tol=1e-9), (name, row)
     # Latencies are in ms, lower is better; rates in exec/s, higher is better.
     for name, row in rows.items():
-        assert (row["unit"], row["higher_is_better"]) == (("ms", False) if "latency" in name else ("exec/s", True)), name
+        assert (row["unit"], row["higher_is_better"]) == (("ms", False) if "latency" in name else ("exec/s", True)), (
+            name
+        )
     # The overheads are the measured difference, not a label: value - reference, in ms.
-    for name in ("execution latency, 1 worker", "execution latency, parent holding 2 GB", "function program latency, 1 worker"):
+    for name in (
+        "execution latency, 1 worker",
+        "execution latency, parent holding 2 GB",
+        "function program latency, 1 worker",
+    ):
         row = rows[name]
-        assert math.isclose(row["extra"]["overhead_ms"], row["value"] - row["reference_value"], rel_tol=1e-9, abs_tol=1e-9)
+        assert math.isclose(
+            row["extra"]["overhead_ms"], row["value"] - row["reference_value"], rel_tol=1e-9, abs_tol=1e-9
+        )
     # A fork of this process was timed too, beside the sandbox's spawn.
     assert rows["execution latency, 1 worker"]["extra"]["fork_exec_pass_ms"] > 0
     # Targets: met or not is what the numbers say (never a wall-clock pass/fail in the test).

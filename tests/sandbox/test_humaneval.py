@@ -32,7 +32,8 @@ def test_canonical_solutions_pass_and_wrong_variants_fail() -> None:
     wrong = "\n_atgrpo_canonical = {f}\ndef {f}(*args, **kwargs):\n    _atgrpo_canonical(*args, **kwargs)\n    return None\n"
     programs = [humaneval_program(p.program(p.reference), p.test_setup, p.entry_point) for p in problems]
     programs += [
-        humaneval_program(p.program(p.reference) + wrong.format(f=p.entry_point), p.test_setup, p.entry_point) for p in problems
+        humaneval_program(p.program(p.reference) + wrong.format(f=p.entry_point), p.test_setup, p.entry_point)
+        for p in problems
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SandboxIsolationWarning)
@@ -45,5 +46,7 @@ def test_canonical_solutions_pass_and_wrong_variants_fail() -> None:
     failed = [(p.id, r.verdicts, r.tests[0].detail) for p, r in zip(problems, good) if not r.passed]
     assert not failed, failed
     # A check that computes with the result (abs(None - x)) raises instead of asserting: runtime_error.
-    passed_wrong = [p.id for p, r in zip(problems, bad) if r.passed or r.verdicts[0] not in ("wrong_answer", "runtime_error")]
+    passed_wrong = [
+        p.id for p, r in zip(problems, bad) if r.passed or r.verdicts[0] not in ("wrong_answer", "runtime_error")
+    ]
     assert not passed_wrong, passed_wrong

@@ -48,7 +48,9 @@ def test_many_asserts_share_one_interpreter_start(sandbox: Sandbox) -> None:
 
 def test_stdio_cases_are_compared_whitespace_normalised(sandbox: Sandbox) -> None:
     code = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\nprint()\n"
-    r = sandbox.run(stdio_program(code, [("1 2\n", "3"), ("2 2", "  4  \r\n\n"), ("2 2", "5"), ("x y", "0"), (b"7 8", None)]))
+    r = sandbox.run(
+        stdio_program(code, [("1 2\n", "3"), ("2 2", "  4  \r\n\n"), ("2 2", "5"), ("x y", "0"), (b"7 8", None)])
+    )
     assert r.verdicts == ["passed", "passed", "wrong_answer", "runtime_error", "passed"]
     assert r.tests[4].stdout == b"15\n\n" and r.starts == 1
     assert "ValueError" in r.tests[3].stderr_tail
@@ -79,7 +81,9 @@ def test_humaneval_and_mbpp_formats(sandbox: Sandbox) -> None:
     test = "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2, 3]) == [2, 3, 4]\n    assert candidate([]) == []\n"
     good = humaneval_program(prompt + "    return [x + 1 for x in l]\n", test, "incr_list")
     bad = humaneval_program(prompt + "    return [x + 2 for x in l]\n", test, "incr_list")
-    mbpp = mbpp_program("def sq(x):\n    return math.sqrt(x)\n", ["assert sq(4) == 2", "assert sq(9) == 4"], "import math")
+    mbpp = mbpp_program(
+        "def sq(x):\n    return math.sqrt(x)\n", ["assert sq(4) == 2", "assert sq(9) == 4"], "import math"
+    )
     results = sandbox.run_batch([good, bad, mbpp])
     assert [r.verdicts for r in results] == [["passed"], ["wrong_answer"], ["passed", "wrong_answer"]]
 
@@ -200,7 +204,12 @@ def test_require_landlock_is_honoured_by_the_core() -> None:
 
 def test_private_directories_are_removed(tmp_path: Path) -> None:
     with make("namespaces", tmp_root=str(tmp_path)) as sb:
-        r = sb.run(stdio_program("open('big', 'wb').write(b'x' * 100000)\nimport os\nos.makedirs('a/b/c')\nos.chmod('a', 0)", [("", None)]))
+        r = sb.run(
+            stdio_program(
+                "open('big', 'wb').write(b'x' * 100000)\nimport os\nos.makedirs('a/b/c')\nos.chmod('a', 0)",
+                [("", None)],
+            )
+        )
         assert r.passed, r.tests
         assert len(list(tmp_path.iterdir())) == 1  # the sandbox's work root, private dirs already gone
         assert not any(p.name.startswith("w") for p in next(tmp_path.iterdir()).iterdir())

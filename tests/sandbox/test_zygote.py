@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from atgrpo.sandbox import Sandbox, function_program
-
 from tests.sandbox.conftest import assert_still_works, make
 
 
@@ -57,7 +56,9 @@ def test_memory_does_not_reach_the_next_program(one: Sandbox) -> None:
 
 
 def test_module_state_does_not_reach_the_next_program(one: Sandbox) -> None:
-    attack = "import os, sys, json\nos.marker = 1\njson.dumps = None\nsys.path.append('/leak')\nsys.modules['leak'] = os\n"
+    attack = (
+        "import os, sys, json\nos.marker = 1\njson.dumps = None\nsys.path.append('/leak')\nsys.modules['leak'] = os\n"
+    )
     probe = "import os, sys, json\nleak = [hasattr(os, 'marker'), json.dumps is None, '/leak' in sys.path, 'leak' in sys.modules]\nleak = any(leak)\n"
     after(one, attack, probe)
 
@@ -128,8 +129,13 @@ def test_leftover_processes_do_not_reach_the_next_program(one: Sandbox) -> None:
         while not (found := _marked(marker)) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert found, "the grandchild never appeared"
-        parent = int(dict(line.split(":\t", 1) for line in Path(f"/proc/{found[0]}/status").read_text().splitlines()
-                          if ":\t" in line)["PPid"])
+        parent = int(
+            dict(
+                line.split(":\t", 1)
+                for line in Path(f"/proc/{found[0]}/status").read_text().splitlines()
+                if ":\t" in line
+            )["PPid"]
+        )
         os.kill(parent, signal.SIGUSR1)  # the program's own process: it may finish now
         runner.join()
         assert done[0].verdicts == ["passed"], done[0].tests
@@ -158,5 +164,9 @@ def test_the_zygote_itself_is_out_of_reach(one: Sandbox) -> None:
 def test_stdio_programs_still_start_their_own_interpreter(one: Sandbox) -> None:
     from atgrpo.sandbox import stdio_program
 
-    r = one.run(stdio_program("import sys\nprint(sys.modules['__main__'].__name__, len(input()))\n", [("abc\n", "__main__ 3\n")]))
+    r = one.run(
+        stdio_program(
+            "import sys\nprint(sys.modules['__main__'].__name__, len(input()))\n", [("abc\n", "__main__ 3\n")]
+        )
+    )
     assert r.verdicts == ["passed"], r.tests

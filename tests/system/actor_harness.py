@@ -1,16 +1,16 @@
 """Runs the real `atgrpo-actor` (`atgrpo.cli.actor.main`) with one test hook, for test_actor_death.
 
-    python actor_harness.py freeze MARKER <atgrpo-actor args>
-        In its first training unit, right after the hub acknowledged the first streamed group (so
-        the unit is leased to it and samples are staged on the hub), write MARKER
-        ("<unit_id> <step> <env_offset>") and hang until killed.
-    python actor_harness.py freeze-weights MARKER <atgrpo-actor args>
-        At its first request for weights of version >= 1 (a publish after step 0), send the request,
-        wait until the hub's reply starts to arrive, write MARKER ("<version>") and hang until
-        killed, with the weights on the wire.
-    python actor_harness.py after MARKER <atgrpo-actor args>
-        Import everything, wait until MARKER exists, then run as a plain actor (it joins only once
-        the other actor holds a unit, so which actor does what is deterministic).
+python actor_harness.py freeze MARKER <atgrpo-actor args>
+    In its first training unit, right after the hub acknowledged the first streamed group (so
+    the unit is leased to it and samples are staged on the hub), write MARKER
+    ("<unit_id> <step> <env_offset>") and hang until killed.
+python actor_harness.py freeze-weights MARKER <atgrpo-actor args>
+    At its first request for weights of version >= 1 (a publish after step 0), send the request,
+    wait until the hub's reply starts to arrive, write MARKER ("<version>") and hang until
+    killed, with the weights on the wire.
+python actor_harness.py after MARKER <atgrpo-actor args>
+    Import everything, wait until MARKER exists, then run as a plain actor (it joins only once
+    the other actor holds a unit, so which actor does what is deterministic).
 """
 
 from __future__ import annotations

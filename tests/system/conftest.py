@@ -8,7 +8,6 @@ import faulthandler
 from collections.abc import Iterator
 
 import pytest
-
 from systest_util import REFERENCE_STEPS, Processes, Run, run_train, tiny_sets
 
 WATCHDOG_S = 300.0

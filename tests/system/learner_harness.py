@@ -1,9 +1,9 @@
 """Runs the real `atgrpo-learner` (`atgrpo.cli.learner.main`) with one test hook, for test_async.
 
-    python learner_harness.py wait-untaken <atgrpo-learner args>
-        When a checkpoint takes the committed units of later steps (`Hub.untaken`), wait (up to 60
-        s) until there is at least one: the actors keep rolling out meanwhile, so the checkpoint
-        deterministically holds units a resume must hand back.
+python learner_harness.py wait-untaken <atgrpo-learner args>
+    When a checkpoint takes the committed units of later steps (`Hub.untaken`), wait (up to 60
+    s) until there is at least one: the actors keep rolling out meanwhile, so the checkpoint
+    deterministically holds units a resume must hand back.
 """
 
 from __future__ import annotations

@@ -63,8 +63,15 @@ def module_cmd(module: str, *args: str) -> list[str]:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                "TOKENIZERS_PARALLELISM": "false", "ATGRPO_LOG_LEVEL": "INFO"})
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "ATGRPO_LOG_LEVEL": "INFO",
+        }
+    )
     return env
 
 
@@ -99,8 +106,9 @@ class Processes:
     def start(self, cmd: list[str], log: Path, **kwargs) -> subprocess.Popen:
         out = open(log, "ab")
         try:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(),
-                                    start_new_session=True, **kwargs)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True, **kwargs
+            )
         finally:
             out.close()
         self.started.append(proc)
@@ -140,14 +148,21 @@ def train_rows(path: Path) -> dict[int, dict]:
     return {int(r["step"]): r for r in read_rows(path) if "rollout/samples" in r}
 
 
-def run_train(out_dir: Path, sets: list[str], *, config: Path | None = None, timeout_s: float = RUN_TIMEOUT_S,
-              extra_args: tuple[str, ...] = ()) -> Run:
+def run_train(
+    out_dir: Path,
+    sets: list[str],
+    *,
+    config: Path | None = None,
+    timeout_s: float = RUN_TIMEOUT_S,
+    extra_args: tuple[str, ...] = (),
+) -> Run:
     """Run `atgrpo-train` to the end (with a hard timeout that kills the whole process tree)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = module_cmd("atgrpo.cli.train", *([str(config)] if config else []), *set_args(sets), *extra_args)
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -185,8 +200,15 @@ def hub_address(out_dir: Path) -> str:
     return private_ipc_address(out_dir / "ipc")
 
 
-def run_direct(out_dir: Path, sets: list[str], processes: Processes, *, actors: int = 1, ranks: int = 1,
-               timeout_s: float = RUN_TIMEOUT_S) -> str:
+def run_direct(
+    out_dir: Path,
+    sets: list[str],
+    processes: Processes,
+    *,
+    actors: int = 1,
+    ranks: int = 1,
+    timeout_s: float = RUN_TIMEOUT_S,
+) -> str:
     """Start `atgrpo.cli.learner` (under torchrun when `ranks` > 1) and `actors` plain
     `atgrpo.cli.actor`s at once (the actors connect to the hub's ipc address before the learner binds
     it, which saves one process start-up on the critical path compared with atgrpo-train); wait for
@@ -199,8 +221,13 @@ def run_direct(out_dir: Path, sets: list[str], processes: Processes, *, actors: 
     launcher = ["torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), "-m"] if ranks > 1 else []
     learner = processes.start(module_cmd(*launcher, "atgrpo.cli.learner", *args, "--address", address), learner_log)
     started = [
-        (processes.start(module_cmd("atgrpo.cli.actor", *args, "--address", address, "--id", f"actor{i}"),
-                         out_dir / f"actor{i}-{tag}.log"), out_dir / f"actor{i}-{tag}.log")
+        (
+            processes.start(
+                module_cmd("atgrpo.cli.actor", *args, "--address", address, "--id", f"actor{i}"),
+                out_dir / f"actor{i}-{tag}.log",
+            ),
+            out_dir / f"actor{i}-{tag}.log",
+        )
         for i in range(actors)
     ]
     try:

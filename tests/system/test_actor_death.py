@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from systest_util import (
     REFERENCE_STEPS,
     Processes,
@@ -32,10 +31,22 @@ HARNESS = Path(__file__).with_name("actor_harness.py")
 UNIT_TIMEOUT_S = 3
 STEPS = 2
 SAME = (
-    "rollout/samples", "learner/samples", "learner/groups", "rollout/reward_mean", "rollout/reward_team_mean",
-    "rollout/reward_local_mean", "rollout/response_len_mean", "rollout/truncated_frac", "rollout/success",
-    "rollout/episode_return", "rollout/turns", "advantage/abs_mean", "learner/shared/loss", "learner/shared/grad_norm",
-    "learner/shared/tokens", "learner/shared/version",
+    "rollout/samples",
+    "learner/samples",
+    "learner/groups",
+    "rollout/reward_mean",
+    "rollout/reward_team_mean",
+    "rollout/reward_local_mean",
+    "rollout/response_len_mean",
+    "rollout/truncated_frac",
+    "rollout/success",
+    "rollout/episode_return",
+    "rollout/turns",
+    "advantage/abs_mean",
+    "learner/shared/loss",
+    "learner/shared/grad_norm",
+    "learner/shared/tokens",
+    "learner/shared/version",
 )
 """Metrics that depend only on what was sampled and trained, never on who sampled it or when."""
 
@@ -60,9 +71,12 @@ def test_killed_actor_mid_unit_changes_nothing_but_time(
         tmp_path / "survivor.log",
     )
 
-    unit_id, step, env_offset = map(int, wait_for(
-        lambda: marker.exists() and marker.read_text().strip(), 150, "the victim to stage samples of a unit", victim
-    ).split())
+    unit_id, step, env_offset = map(
+        int,
+        wait_for(
+            lambda: marker.exists() and marker.read_text().strip(), 150, "the victim to stage samples of a unit", victim
+        ).split(),
+    )
     assert step == 0 and env_offset == 0  # the first unit of step 0: it was the only actor until now
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=10) == -signal.SIGKILL
@@ -89,7 +103,9 @@ def test_killed_actor_mid_unit_changes_nothing_but_time(
 
     # Same samples, same updates: the weights after the last step are bit-identical.
     mine = torch.load(out / f"checkpoints/step_{STEPS:06d}/shared/learner.pt", weights_only=True)["model"]
-    ref = torch.load(reference_run.out_dir / f"checkpoints/step_{STEPS:06d}/shared/learner.pt", weights_only=True)["model"]
+    ref = torch.load(reference_run.out_dir / f"checkpoints/step_{STEPS:06d}/shared/learner.pt", weights_only=True)[
+        "model"
+    ]
     assert mine.keys() == ref.keys()
     assert all(torch.equal(mine[k], ref[k]) for k in ref)
 
@@ -110,11 +126,18 @@ def test_killed_actor_mid_weight_transfer_changes_nothing_but_time(
         [sys.executable, str(HARNESS), "freeze-weights", str(marker), *sets, "--address", address, "--id", "victim"],
         tmp_path / "victim.log",
     )
-    version = int(wait_for(lambda: marker.exists() and marker.read_text().strip(), 150,
-                           "the victim to be receiving new weights", victim))
+    version = int(
+        wait_for(
+            lambda: marker.exists() and marker.read_text().strip(),
+            150,
+            "the victim to be receiving new weights",
+            victim,
+        )
+    )
     assert version == 1
-    survivor = processes.start(module_cmd("atgrpo.cli.actor", *sets, "--address", address, "--id", "survivor"),
-                               tmp_path / "survivor.log")
+    survivor = processes.start(
+        module_cmd("atgrpo.cli.actor", *sets, "--address", address, "--id", "survivor"), tmp_path / "survivor.log"
+    )
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=10) == -signal.SIGKILL
     try:

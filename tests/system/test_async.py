@@ -17,9 +17,18 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from systest_util import (
-    TINY_MODEL, Processes, Run, hub_address, module_cmd, run_direct, run_train, set_args, tiny_sets, train_rows, wait_for,
+    TINY_MODEL,
+    Processes,
+    Run,
+    hub_address,
+    module_cmd,
+    run_direct,
+    run_train,
+    set_args,
+    tiny_sets,
+    train_rows,
+    wait_for,
 )
 
 HARNESS = Path(__file__).with_name("learner_harness.py")
@@ -83,8 +92,14 @@ def test_pipelined_runs_in_both_regimes(tmp_path: Path, processes: Processes, re
 
 def test_pipelined_runs_with_deepspeed(tmp_path: Path, processes: Processes) -> None:
     out = tmp_path / "ds"
-    sets = tiny_sets(out, run__steps=2, train__max_staleness=1, train__backend='"deepspeed"', train__zero_stage=2,
-                     rollout__envs_per_step=ENVS)
+    sets = tiny_sets(
+        out,
+        run__steps=2,
+        train__max_staleness=1,
+        train__backend='"deepspeed"',
+        train__zero_stage=2,
+        rollout__envs_per_step=ENVS,
+    )
     run_direct(out, sets, processes, ranks=2)
     check_pipelined(train_rows(out / "metrics.jsonl"), 2, ("shared",))
 
@@ -93,15 +108,30 @@ def test_pipelined_resume_trains_every_env_once(tmp_path: Path, processes: Proce
     out = tmp_path / "resumed"
     out.mkdir()
     # The checkpoint written at the stop waits until a unit of the next step is in (learner_harness).
-    sets = tiny_sets(out, run__steps=4, train__max_staleness=1, rollout__envs_per_step=ENVS, rollout__envs_per_unit=1,
-                     run__checkpoint_every=0)
+    sets = tiny_sets(
+        out,
+        run__steps=4,
+        train__max_staleness=1,
+        rollout__envs_per_step=ENVS,
+        rollout__envs_per_unit=1,
+        run__checkpoint_every=0,
+    )
     address = hub_address(out)
-    learner = processes.start([sys.executable, str(HARNESS), "wait-untaken", *set_args(sets), "--address", address],
-                              out / "l1.log")
-    actors = [processes.start(module_cmd("atgrpo.cli.actor", *set_args(sets), "--address", address, "--id", f"a{i}"),
-                              out / f"a{i}.log") for i in range(2)]
-    wait_for(lambda: (out / "metrics.jsonl").exists() and train_rows(out / "metrics.jsonl"), 150,
-             "the first step's metrics", learner)
+    learner = processes.start(
+        [sys.executable, str(HARNESS), "wait-untaken", *set_args(sets), "--address", address], out / "l1.log"
+    )
+    actors = [
+        processes.start(
+            module_cmd("atgrpo.cli.actor", *set_args(sets), "--address", address, "--id", f"a{i}"), out / f"a{i}.log"
+        )
+        for i in range(2)
+    ]
+    wait_for(
+        lambda: (out / "metrics.jsonl").exists() and train_rows(out / "metrics.jsonl"),
+        150,
+        "the first step's metrics",
+        learner,
+    )
     learner.send_signal(signal.SIGINT)  # stop after the current step, with a checkpoint
     assert learner.wait(timeout=120) == 0, (out / "l1.log").read_text()[-4000:]
     assert all(a.wait(timeout=60) == 0 for a in actors)

@@ -16,9 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from atgrpo.cli.common import config_parser, load_run_config
-from atgrpo.config import load_config
 from systest_util import (
     REFERENCE_STEPS,
     Processes,
@@ -32,6 +29,9 @@ from systest_util import (
     wait_for,
 )
 
+from atgrpo.cli.common import config_parser, load_run_config
+from atgrpo.config import load_config
+
 
 def train_cmd(*args: str) -> list[str]:
     """The installed `atgrpo-train` console script if there is one, else the module."""
@@ -41,28 +41,52 @@ def train_cmd(*args: str) -> list[str]:
 
 def test_print_commands(tmp_path: Path) -> None:
     sets = tiny_sets(tmp_path / "out", run__name='"my run"')
-    done = subprocess.run(train_cmd(*set_args(sets), "--print-commands"), capture_output=True, text=True,
-                          timeout=60, env=child_env())
+    done = subprocess.run(
+        train_cmd(*set_args(sets), "--print-commands"), capture_output=True, text=True, timeout=60, env=child_env()
+    )
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line and not line.startswith("#")]
     assert len(lines) == 4, done.stdout  # two key commands, then the learner and the actor
     keys_init, keys_bundle, learner, actor = (shlex.split(line.split("#")[0]) for line in lines)
-    assert keys_init == ["atgrpo-keys", "init", "keys"] and keys_bundle == ["atgrpo-keys", "bundle", "keys", "actor", "actor-keys"]
-    assert learner[0] == "atgrpo-learner" and learner[-4:] == ["--address", "tcp://0.0.0.0:5555", "--curve-keys", "keys"]
-    assert actor[0] == "atgrpo-actor" and actor[-4:] == ["--address", "tcp://LEARNER_HOST:5555", "--curve-keys", "actor-keys"]
+    assert keys_init == ["atgrpo-keys", "init", "keys"] and keys_bundle == [
+        "atgrpo-keys",
+        "bundle",
+        "keys",
+        "actor",
+        "actor-keys",
+    ]
+    assert learner[0] == "atgrpo-learner" and learner[-4:] == [
+        "--address",
+        "tcp://0.0.0.0:5555",
+        "--curve-keys",
+        "keys",
+    ]
+    assert actor[0] == "atgrpo-actor" and actor[-4:] == [
+        "--address",
+        "tcp://LEARNER_HOST:5555",
+        "--curve-keys",
+        "actor-keys",
+    ]
     # Pasted into a shell, both commands load exactly the launcher's config, plus their key folder.
     want = load_config(None, sets)
     for argv, folder in ((learner, "keys"), (actor, "actor-keys")):
         args = config_parser(argv[0], "").parse_args([*argv[1:-4], *argv[-2:]])  # without the --address pair
-        assert load_run_config(args) == want.model_copy(update={"transport": want.transport.model_copy(update={"curve_keys": folder})})
+        assert load_run_config(args) == want.model_copy(
+            update={"transport": want.transport.model_copy(update={"curve_keys": folder})}
+        )
     assert want.run.name == "my run"
     assert not (tmp_path / "out").exists()  # nothing was started
 
 
 def test_bad_config_fails_fast_with_the_key(tmp_path: Path) -> None:
     start = time.monotonic()
-    done = subprocess.run(train_cmd("--set", "rollout.k=0", "--set", f"run.out_dir={json.dumps(str(tmp_path))}"),
-                          capture_output=True, text=True, timeout=60, env=child_env())
+    done = subprocess.run(
+        train_cmd("--set", "rollout.k=0", "--set", f"run.out_dir={json.dumps(str(tmp_path))}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
     assert done.returncode != 0
     assert "config error" in done.stderr and "k, envs_per_step and envs_per_unit must be >= 1" in done.stderr
     assert time.monotonic() - start < 30
@@ -72,8 +96,14 @@ def test_bad_config_fails_fast_with_the_key(tmp_path: Path) -> None:
 def test_tiny_run_writes_everything(reference_run: Run) -> None:
     out = reference_run.out_dir
     assert reference_run.returncode == 0
-    for name in ("metrics.jsonl", "eval.json", "learning_curve.png", "config.toml", "logs/learner.log",
-                 "logs/actor0.log"):
+    for name in (
+        "metrics.jsonl",
+        "eval.json",
+        "learning_curve.png",
+        "config.toml",
+        "logs/learner.log",
+        "logs/actor0.log",
+    ):
         assert (out / name).is_file(), name
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # `latest` is a link to the newest checkpoint, so its model folder is a path tools can open.
@@ -83,8 +113,11 @@ def test_tiny_run_writes_everything(reference_run: Run) -> None:
     summary = json.loads((out / "eval.json").read_text())
     assert summary["steps"] == REFERENCE_STEPS
     assert 0.0 <= summary["eval_start"] <= 1.0 and 0.0 <= summary["eval_end"] <= 1.0
-    line = re.search(r"held-out success \(4 eval levels\): ([\d.]+)% -> ([\d.]+)% \(([+-][\d.]+) points\) "
-                     rf"after {REFERENCE_STEPS} steps", reference_run.output)
+    line = re.search(
+        r"held-out success \(4 eval levels\): ([\d.]+)% -> ([\d.]+)% \(([+-][\d.]+) points\) "
+        rf"after {REFERENCE_STEPS} steps",
+        reference_run.output,
+    )
     assert line, reference_run.output[-3000:]
     assert float(line[1]) == pytest.approx(100 * summary["eval_start"], abs=0.05)
     assert float(line[2]) == pytest.approx(100 * summary["eval_end"], abs=0.05)
@@ -97,7 +130,9 @@ def test_tiny_run_writes_everything(reference_run: Run) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sig", "status", "name"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")], ids=["SIGINT", "SIGTERM"]
+    ("sig", "status", "name"),
+    [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")],
+    ids=["SIGINT", "SIGTERM"],
 )
 def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     tmp_path: Path, processes: Processes, sig: int, status: int, name: str
@@ -109,8 +144,12 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     # Every step is evaluated, so the step the run stops at always has its evaluation already.
     sets = tiny_sets(out, run__steps=steps, run__eval_every=1, launch__actors=2)
     launcher = processes.start(train_cmd(*set_args(sets)), tmp_path / "launcher.log")
-    wait_for(lambda: (out / "metrics.jsonl").is_file() and train_rows(out / "metrics.jsonl"), 150,
-             "the first training step", launcher)
+    wait_for(
+        lambda: (out / "metrics.jsonl").is_file() and train_rows(out / "metrics.jsonl"),
+        150,
+        "the first training step",
+        launcher,
+    )
     children = processes.remember_children(launcher)
     cmdlines = [" ".join(p.cmdline()) for p in children]
     assert sum("atgrpo.cli.learner" in c for c in cmdlines) == 1, cmdlines
@@ -118,7 +157,9 @@ def test_ctrl_c_checkpoints_and_leaves_no_process_behind(
     # Both actors in the run before the signal (one may still be importing torch at the first step);
     # each must then be told to shut down rather than be killed.
     logs = [out / f"logs/actor{i}.log" for i in range(2)]
-    wait_for(lambda: all(f.is_file() and "joined run" in f.read_text() for f in logs), 150, "both actors to join", launcher)
+    wait_for(
+        lambda: all(f.is_file() and "joined run" in f.read_text() for f in logs), 150, "both actors to join", launcher
+    )
 
     launcher.send_signal(sig)
     try:

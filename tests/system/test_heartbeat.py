@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from systest_util import tiny_sets
 from test_hub import RUN, connect, finish, hello, make_hub, take_unit  # noqa: F401  (fixtures)
 
 from atgrpo.actor import actor as actor_module
@@ -28,7 +29,6 @@ from atgrpo.models.folder import load_model
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 from atgrpo.transport import HubEndpoint, private_ipc_address
-from systest_util import tiny_sets
 
 LEASE_S = 2.0
 DEVICE = os.environ.get("ATGRPO_TEST_DEVICE", "cpu")
@@ -126,11 +126,23 @@ def _slow_engines(monkeypatch) -> list[float]:
 
 
 def _hub_and_actor(tmp_path: Path) -> tuple[Hub, Actor]:
-    cfg = load_config(None, tiny_sets(tmp_path, task__turns=6, transport__request_timeout_s=10,
-                                      transport__unit_timeout_s=LEASE_S, rollout__device=repr(DEVICE)))
+    cfg = load_config(
+        None,
+        tiny_sets(
+            tmp_path,
+            task__turns=6,
+            transport__request_timeout_s=10,
+            transport__unit_timeout_s=LEASE_S,
+            rollout__device=repr(DEVICE),
+        ),
+    )
     build_tiny_model(cfg.policies["shared"].tiny, policy_dir(cfg, "shared"))
-    hub = Hub(HubEndpoint(private_ipc_address(tmp_path / "ipc")), VersionLedger(cfg.run.name, {"shared": 0}),
-              unit_timeout_s=LEASE_S, retry_after_s=0.01)
+    hub = Hub(
+        HubEndpoint(private_ipc_address(tmp_path / "ipc")),
+        VersionLedger(cfg.run.name, {"shared": 0}),
+        unit_timeout_s=LEASE_S,
+        retry_after_s=0.01,
+    )
     hub.start()
     hub.publish("shared", 0, load_model(policy_dir(cfg, "shared")).state_dict())
     return hub, Actor(cfg, hub.endpoint.address, "steady")

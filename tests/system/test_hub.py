@@ -28,7 +28,6 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     EnvResult,
     GroupKey,
-    UnitTimings,
     Hello,
     Message,
     NoWork,
@@ -37,6 +36,7 @@ from atgrpo.messages import (
     SampleAck,
     SampleBatch,
     Shutdown,
+    UnitTimings,
     WeightsRequest,
     Welcome,
     WorkRequest,
@@ -51,9 +51,15 @@ K = 2
 """Samples per env in these tests (one per branch)."""
 VOCAB = 100
 LIMITS = IntakeLimits(
-    roles=("tool", "plan"), role_policy={"tool": "shared", "plan": "shared"},
-    policies={"shared": PolicyLimits(VOCAB, context_length=64)}, turns=4, k=K, tree=True, trajectory=False,
-    max_new_tokens=8, micro_batch_tokens=32,
+    roles=("tool", "plan"),
+    role_policy={"tool": "shared", "plan": "shared"},
+    policies={"shared": PolicyLimits(VOCAB, context_length=64)},
+    turns=4,
+    k=K,
+    tree=True,
+    trajectory=False,
+    max_new_tokens=8,
+    micro_batch_tokens=32,
 )
 """Tree sampling, K branches; the samples of `unit_samples` are one "plan" group per env."""
 
@@ -62,12 +68,25 @@ LIMITS = IntakeLimits(
 def make_hub(tmp_path: Path) -> Iterator[Callable[..., Hub]]:
     hubs: list[Hub] = []
 
-    def make(versions: dict[str, int] | None = None, *, unit_timeout_s: float = 30.0, max_staleness: int = 0,
-             keep_versions: int = 1, max_refused_units: int = 3) -> Hub:
+    def make(
+        versions: dict[str, int] | None = None,
+        *,
+        unit_timeout_s: float = 30.0,
+        max_staleness: int = 0,
+        keep_versions: int = 1,
+        max_refused_units: int = 3,
+    ) -> Hub:
         endpoint = HubEndpoint(private_ipc_address(tmp_path / f"ipc{len(hubs)}"))
         ledger = VersionLedger(RUN, versions or {"shared": 0}, max_staleness)
-        hub = Hub(endpoint, ledger, limits=LIMITS, unit_timeout_s=unit_timeout_s, keep_versions=keep_versions,
-                  retry_after_s=0.01, max_refused_units=max_refused_units)
+        hub = Hub(
+            endpoint,
+            ledger,
+            limits=LIMITS,
+            unit_timeout_s=unit_timeout_s,
+            keep_versions=keep_versions,
+            retry_after_s=0.01,
+            max_refused_units=max_refused_units,
+        )
         hub.start()
         hubs.append(hub)
         return hub
@@ -113,9 +132,23 @@ def unit_samples(unit: WorkUnit, tag: int, *, version: int | None = None, policy
     """K samples per env of `unit`; `tag` is written into the response ids so we can tell who made them."""
     v = unit.versions[policy] if version is None else version
     return [
-        Sample(RUN, policy, v, unit.step, "plan", GroupKey(unit.env_offset + e, 1, 0), [7, 8, 9], [tag, tag],
-               [-0.1, -0.2], reward=float(b), reward_team=0.0, reward_local=float(b), branch=b)
-        for e in range(len(unit.seeds)) for b in range(K)
+        Sample(
+            RUN,
+            policy,
+            v,
+            unit.step,
+            "plan",
+            GroupKey(unit.env_offset + e, 1, 0),
+            [7, 8, 9],
+            [tag, tag],
+            [-0.1, -0.2],
+            reward=float(b),
+            reward_team=0.0,
+            reward_local=float(b),
+            branch=b,
+        )
+        for e in range(len(unit.seeds))
+        for b in range(K)
     ]
 
 
@@ -128,8 +161,18 @@ def finish(client: ActorClient, unit: WorkUnit, tag: int) -> SampleAck:
     samples = unit_samples(unit, tag)
     acks = [client.request(SampleBatch(client.actor_id, unit.unit_id, samples[:K], last=False))]
     acks.append(client.request(SampleBatch(client.actor_id, unit.unit_id, samples[K:], last=False)))
-    acks.append(client.request(SampleBatch(client.actor_id, unit.unit_id, [], last=True,
-                                           env_results=env_results(unit), timings=UnitTimings(generate_s=0.5))))
+    acks.append(
+        client.request(
+            SampleBatch(
+                client.actor_id,
+                unit.unit_id,
+                [],
+                last=True,
+                env_results=env_results(unit),
+                timings=UnitTimings(generate_s=0.5),
+            )
+        )
+    )
     assert all(isinstance(a, SampleAck) and a.rejected == 0 for a in acks), acks
     return acks[-1]
 
@@ -273,7 +316,9 @@ def corrupt(samples: list[Sample], i: int, **changes: object) -> list[Sample]:
     return [msgspec.structs.replace(s, **changes) if j == i else s for j, s in enumerate(samples)]
 
 
-def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the_step(make_hub, connect, caplog) -> None:
+def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the_step(
+    make_hub, connect, caplog
+) -> None:
     caplog.set_level(logging.WARNING, logger="atgrpo.hub")
     hub = make_hub(max_refused_units=5)
     evil, good = connect(hub, "evil"), connect(hub, "good")
@@ -299,7 +344,9 @@ def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the
     # from now on.
     assert "evil" in hub.cut_off and "evil" not in hub.actors
     assert isinstance(evil.request(WorkRequest("evil")), Shutdown)
-    late = evil.request(SampleBatch("evil", first.unit_id, unit_samples(first, tag=6), last=True, env_results=env_results(first)))
+    late = evil.request(
+        SampleBatch("evil", first.unit_id, unit_samples(first, tag=6), last=True, env_results=env_results(first))
+    )
     assert isinstance(late, Refused) and "cut off" in late.reason
     assert isinstance(evil.request(WorkRequest("someone-else")), Shutdown)
     assert isinstance(hello(evil), Refused)
@@ -313,8 +360,13 @@ def test_a_hostile_peer_is_refused_and_cut_off_while_an_honest_one_completes_the
     assert len(data.samples) == 6 * K and all(s.response_ids == [2, 2] for s in data.samples)
     assert [e.env for e in data.envs] == list(range(6))
     m = hub.metrics()
-    assert (m["hub/rejected_out_of_vocab"], m["hub/rejected_logprob_count"], m["hub/rejected_key_outside_unit"],
-            m["hub/rejected_nonfinite_logprob"], m["hub/rejected_total"]) == (2.0, 1.0, 1.0, 1.0, 5.0)
+    assert (
+        m["hub/rejected_out_of_vocab"],
+        m["hub/rejected_logprob_count"],
+        m["hub/rejected_key_outside_unit"],
+        m["hub/rejected_nonfinite_logprob"],
+        m["hub/rejected_total"],
+    ) == (2.0, 1.0, 1.0, 1.0, 5.0)
     assert (m["hub/units_refused"], m["hub/peers_cut_off"], m.get("hub/units_reassigned", 0.0)) == (5.0, 1.0, 0.0)
     assert m["hub/samples_dropped"] == K and m["hub/cut_off_messages"] == 4.0 and m["hub/actors"] == 1.0
     logged = [r.getMessage() for r in caplog.records if r.name == "atgrpo.hub" and "actor evil" in r.getMessage()]
@@ -357,7 +409,11 @@ def test_a_unit_is_checked_whole_with_its_last_batch(make_hub, connect) -> None:
     finish(a, take_unit(a), tag=4)  # two refusals: below the bound, still served
     assert len(hub.wait_round(stall_timeout_s=5.0).samples) == 2 * K
     m = hub.metrics()
-    assert (m["hub/rejected_group_incomplete"], m["hub/rejected_env_results"], m["hub/units_refused"]) == (1.0, 1.0, 2.0)
+    assert (m["hub/rejected_group_incomplete"], m["hub/rejected_env_results"], m["hub/units_refused"]) == (
+        1.0,
+        1.0,
+        2.0,
+    )
     assert m["hub/peers_cut_off"] == 0.0
 
 
@@ -367,8 +423,11 @@ def test_a_unit_is_checked_whole_with_its_last_batch(make_hub, connect) -> None:
 def test_published_weights_come_back_identical(make_hub, connect) -> None:
     hub = make_hub(keep_versions=2)
     gen = torch.Generator().manual_seed(0)
-    v1 = {"embed.weight": torch.randn(64, 16, generator=gen), "norm.weight": torch.ones(16, dtype=torch.bfloat16),
-          "count": torch.tensor([3], dtype=torch.int64)}
+    v1 = {
+        "embed.weight": torch.randn(64, 16, generator=gen),
+        "norm.weight": torch.ones(16, dtype=torch.bfloat16),
+        "count": torch.tensor([3], dtype=torch.int64),
+    }
     v2 = {k: (t * 2 if t.is_floating_point() else t + 1) for k, t in v1.items()}
     hub.publish("shared", 1, v1)
     hub.publish("shared", 2, v2)
@@ -490,7 +549,9 @@ def test_a_connection_holds_one_unit_at_a_time_whatever_id_it_claims(make_hub, c
         assert isinstance(reply, NoWork) and f"already holds unit {unit.unit_id}" in reply.reason
     # Another connection claiming a's id can neither take a second unit for it nor send a's samples.
     other = take_unit(b)
-    forged = b.request(SampleBatch("a", unit.unit_id, unit_samples(unit, tag=6), last=True, env_results=env_results(unit)))
+    forged = b.request(
+        SampleBatch("a", unit.unit_id, unit_samples(unit, tag=6), last=True, env_results=env_results(unit))
+    )
     assert isinstance(forged, Refused) and "another connection" in forged.reason
     finish(a, unit, tag=1)
     finish(b, other, tag=2)

@@ -16,11 +16,17 @@ import time
 import msgspec
 import numpy as np
 import zmq
-
-from test_hub import K, RUN, VOCAB, connect, env_results, finish, hello, make_hub, take_unit, unit_samples  # noqa: F401 (fixtures)
+from test_hub import RUN, VOCAB, K, connect, env_results, finish, hello, make_hub, take_unit, unit_samples  # noqa: F401 (fixtures)
 
 from atgrpo.messages import (
-    PROTOCOL_VERSION, GroupKey, Hello, Sample, SampleBatch, WeightsRequest, WorkRequest, WorkUnit,
+    PROTOCOL_VERSION,
+    GroupKey,
+    Hello,
+    Sample,
+    SampleBatch,
+    WeightsRequest,
+    WorkRequest,
+    WorkUnit,
 )
 from atgrpo.transport.codec import decode, encode
 
@@ -35,12 +41,18 @@ def fuzzed_sample(rng: np.random.Generator, unit: WorkUnit | None) -> Sample:
     n = int(rng.integers(0, 4))
     pick = lambda *xs: xs[int(rng.integers(len(xs)))]  # noqa: E731
     return Sample(
-        run_id=pick(RUN, "other-run", ""), policy=pick("shared", "nobody", ""), version=int(pick(0, 0, 1, -1, 2**40)),
-        step=int(pick(0, 0, 3, -1)), role=pick("plan", "tool", "x" * 50), key=GroupKey(env, int(rng.integers(-1, 3)), int(rng.integers(-1, 6))),
+        run_id=pick(RUN, "other-run", ""),
+        policy=pick("shared", "nobody", ""),
+        version=int(pick(0, 0, 1, -1, 2**40)),
+        step=int(pick(0, 0, 3, -1)),
+        role=pick("plan", "tool", "x" * 50),
+        key=GroupKey(env, int(rng.integers(-1, 3)), int(rng.integers(-1, 6))),
         prompt_ids=[int(pick(7, VOCAB - 1, VOCAB, -5, 2**40)) for _ in range(int(rng.integers(0, 4)))],
         response_ids=[int(pick(3, VOCAB + 9, -1)) for _ in range(n)],
         logprobs=[float(pick(-0.5, 0.0, 3.0, math.nan, -math.inf)) for _ in range(int(pick(n, n, n + 1, 0)))],
-        reward=float(pick(1.0, math.nan, math.inf, -1e300)), reward_team=0.0, reward_local=float(pick(0.0, math.nan)),
+        reward=float(pick(1.0, math.nan, math.inf, -1e300)),
+        reward_team=0.0,
+        reward_local=float(pick(0.0, math.nan)),
         branch=int(pick(0, 1, K, -1, 99)),
     )
 
@@ -54,24 +66,49 @@ def hostile(rng: np.random.Generator, leased: list[WorkUnit], honest: WorkUnit |
         data = encode(SampleBatch("h", int(rng.integers(100)), [fuzzed_sample(rng, None)], last=bool(rng.integers(2))))
         return [data[: int(rng.integers(0, len(data)))]]
     if kind == 2:
-        fields = {"type": str(rng.choice(["samples", "work_request", "hello", "weights_request", "nuke"])),
-                  "actor_id": [1, 2], "unit_id": "x", "samples": {"a": 1}, "last": None}
+        fields = {
+            "type": str(rng.choice(["samples", "work_request", "hello", "weights_request", "nuke"])),
+            "actor_id": [1, 2],
+            "unit_id": "x",
+            "samples": {"a": 1},
+            "last": None,
+        }
         return [msgspec.msgpack.encode(fields)]
     if kind == 3:
         return [encode(WorkRequest(f"h{int(rng.integers(5))}")), rng.bytes(8)]
     if kind == 4 and leased:
         unit = leased[int(rng.integers(len(leased)))]
         samples = [fuzzed_sample(rng, unit) for _ in range(int(rng.integers(0, 2 * K + 1)))]
-        return [encode(SampleBatch(f"h{int(rng.integers(5))}", unit.unit_id, samples, last=bool(rng.integers(2)),
-                                   env_results=env_results(unit)))]
+        return [
+            encode(
+                SampleBatch(
+                    f"h{int(rng.integers(5))}",
+                    unit.unit_id,
+                    samples,
+                    last=bool(rng.integers(2)),
+                    env_results=env_results(unit),
+                )
+            )
+        ]
     if kind == 5 and honest is not None:
         # Claims the honest actor's id for its unit, with well-formed samples of the wrong content.
-        return [encode(SampleBatch("good", honest.unit_id, unit_samples(honest, tag=6), last=bool(rng.integers(2)),
-                                   env_results=env_results(honest)))]
+        return [
+            encode(
+                SampleBatch(
+                    "good",
+                    honest.unit_id,
+                    unit_samples(honest, tag=6),
+                    last=bool(rng.integers(2)),
+                    env_results=env_results(honest),
+                )
+            )
+        ]
     if kind == 6:
         return [encode(WeightsRequest("h", str(rng.choice(["shared", "x", ""])), int(rng.integers(-3, 3))))]
     if kind == 7:
-        return [encode(Hello(int(rng.choice([PROTOCOL_VERSION, 0, 99])), "h", str(rng.choice([RUN, "other"])), ["shared"]))]
+        return [
+            encode(Hello(int(rng.choice([PROTOCOL_VERSION, 0, 99])), "h", str(rng.choice([RUN, "other"])), ["shared"]))
+        ]
     return []
 
 

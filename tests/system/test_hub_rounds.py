@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import msgspec
 import torch
+from test_hub import K, connect, env_results, finish, hello, make_hub, take_unit, unit_samples  # noqa: F401  (fixtures)
 
 from atgrpo.learner.hub import CommittedUnit
 from atgrpo.messages import SampleBatch
-from test_hub import K, connect, env_results, finish, hello, make_hub, take_unit, unit_samples  # noqa: F401  (fixtures)
 
 WEIGHTS = {"w": torch.zeros(2)}
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import zmq
+from test_hub import connect, env_results, make_hub, take_unit, unit_samples  # noqa: F401  (fixtures)
 
 from atgrpo.learner.hub import Hub
 from atgrpo.learner.hub_weights import Transfers, WeightsCache
@@ -27,7 +28,6 @@ from atgrpo.messages import (
     WorkUnit,
 )
 from atgrpo.transport.codec import decode, encode
-from test_hub import connect, env_results, make_hub, take_unit, unit_samples  # noqa: F401  (fixtures)
 
 LEASE_S = 0.6
 READ_GAP_S = 0.3

@@ -11,20 +11,32 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from systest_util import (
-    REFERENCE_STEPS, Processes, Run, hub_address, module_cmd, set_args, tiny_sets, train_rows, wait_for,
+    REFERENCE_STEPS,
+    Processes,
+    Run,
+    hub_address,
+    module_cmd,
+    set_args,
+    tiny_sets,
+    train_rows,
+    wait_for,
 )
 from test_resume import assert_same_tensors, load
 
 
-def test_killed_learner_restarts_and_the_actor_rejoins(tmp_path: Path, processes: Processes, reference_run: Run) -> None:
+def test_killed_learner_restarts_and_the_actor_rejoins(
+    tmp_path: Path, processes: Processes, reference_run: Run
+) -> None:
     assert REFERENCE_STEPS == 4
     out = tmp_path / "run"
     out.mkdir()
     # Short transport timeouts so the actor notices the dead hub quickly (plumbing: a resume may change them).
-    sets = set_args(tiny_sets(out, run__steps=4, run__checkpoint_every=2, transport__request_timeout_s=5,
-                              transport__reconnect_s=120))
+    sets = set_args(
+        tiny_sets(
+            out, run__steps=4, run__checkpoint_every=2, transport__request_timeout_s=5, transport__reconnect_s=120
+        )
+    )
     address = hub_address(out)
     learner_cmd = module_cmd("atgrpo.cli.learner", *sets, "--address", address)
     first = processes.start(learner_cmd, tmp_path / "learner-1.log")

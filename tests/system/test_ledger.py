@@ -14,8 +14,18 @@ RUN = "run-a"
 
 def sample(version: int, *, policy: str = "shared", run_id: str = RUN, env: int = 0) -> Sample:
     return Sample(
-        run_id=run_id, policy=policy, version=version, step=0, role="plan", key=GroupKey(env, 0, 0),
-        prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.5], reward=0.0, reward_team=0.0, reward_local=0.0,
+        run_id=run_id,
+        policy=policy,
+        version=version,
+        step=0,
+        role="plan",
+        key=GroupKey(env, 0, 0),
+        prompt_ids=[1, 2],
+        response_ids=[3],
+        logprobs=[-0.5],
+        reward=0.0,
+        reward_team=0.0,
+        reward_local=0.0,
     )
 
 
@@ -28,8 +38,17 @@ def test_strict_mode_admits_only_the_current_version() -> None:
         "other_run": [sample(3, run_id="run-b")],  # the right version, the wrong run
         "unknown_policy": [sample(3, policy="nobody")],
     }
-    mixed = [bad["stale"][0], good[0], bad["future_version"][0], bad["other_run"][0], good[1],
-             bad["unknown_policy"][0], bad["stale"][1], bad["future_version"][1], good[2]]
+    mixed = [
+        bad["stale"][0],
+        good[0],
+        bad["future_version"][0],
+        bad["other_run"][0],
+        good[1],
+        bad["unknown_policy"][0],
+        bad["stale"][1],
+        bad["future_version"][1],
+        good[2],
+    ]
     kept = ledger.admit(mixed)
     assert kept == good  # in their order, and only them
     assert dict(ledger.rejected) == {reason: len(s) for reason, s in bad.items()}

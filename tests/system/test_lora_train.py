@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from systest_util import run_train
+from test_real_model import MISMATCH_MAX, RUN_S, real_sets
 
 from atgrpo.models.adapters import read_adapter
-from test_real_model import MISMATCH_MAX, RUN_S, real_sets
 
 SMOLLM2_BYTES = 134_515_008 * 4
 """SmolLM2-135M's weights in fp32: what one full weight sync sends."""
@@ -35,8 +34,11 @@ CASES = [("code", "torch"), ("planpath", "vllm")]
 @pytest.mark.parametrize(("task", "engine"), CASES, ids=[f"{t}-{e}" for t, e in CASES])
 def test_two_roles_with_one_adapter_per_role(task: str, engine: str, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / engine
-    sets = [s for s in real_sets(out, smollm2, rollout__engine=f'"{engine}"', run__checkpoint_every=2)
-            if not s.startswith("policies.shared.")]
+    sets = [
+        s
+        for s in real_sets(out, smollm2, rollout__engine=f'"{engine}"', run__checkpoint_every=2)
+        if not s.startswith("policies.shared.")
+    ]
     lora = "{r=8, alpha=16.0}"
     roles = ROLES[task]
     for p in roles:

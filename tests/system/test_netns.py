@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from systest_util import Processes, child_env, module_cmd, read_rows, set_args, tiny_sets, train_rows, wait_for
 
 LEARNER_IP, ACTOR_IP = "10.213.7.1", "10.213.7.2"
@@ -96,21 +95,33 @@ def test_keyed_actor_trains_and_keyless_peers_get_nothing(tmp_path: Path, proces
     sets = set_args(tiny_sets(out, run__steps=2, run__eval_seeds=2))
     address = f"tcp://{LEARNER_IP}:{5000 + os.getpid() % 1000}"
 
-    refused = subprocess.run(in_ns(learner_ns, module_cmd("atgrpo.cli.learner", *sets, "--address", address)),
-                             capture_output=True, text=True, timeout=120, env=child_env())
+    refused = subprocess.run(
+        in_ns(learner_ns, module_cmd("atgrpo.cli.learner", *sets, "--address", address)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
+    )
     assert refused.returncode == 2 and "without CURVE keys" in refused.stderr, refused.stderr[-2000:]
 
     learner_log = tmp_path / "learner.log"
-    learner = processes.start(in_ns(learner_ns, module_cmd("atgrpo.cli.learner", *sets, "--address", address,
-                                                           "--curve-keys", str(keys))), learner_log)
+    learner = processes.start(
+        in_ns(learner_ns, module_cmd("atgrpo.cli.learner", *sets, "--address", address, "--curve-keys", str(keys))),
+        learner_log,
+    )
     wait_for(lambda: '"hub_ready"' in learner_log.read_text(), 180, "the keyed hub to serve", learner)
     # Peers without the run's keys, while the hub serves: no key at all, or another run's keys.
     for peer_keys in (None, other):
         done = intruder(actor_ns, address, peer_keys, tmp_path / "intruder.log")
         assert "INTRUDER timeout timeout timeout" in done.stdout, done.stdout + done.stderr[-2000:]
     actor_log = tmp_path / "actor.log"
-    actor = processes.start(in_ns(actor_ns, module_cmd("atgrpo.cli.actor", *sets, "--address", address,
-                                                       "--curve-keys", str(bundle), "--id", "keyed")), actor_log)
+    actor = processes.start(
+        in_ns(
+            actor_ns,
+            module_cmd("atgrpo.cli.actor", *sets, "--address", address, "--curve-keys", str(bundle), "--id", "keyed"),
+        ),
+        actor_log,
+    )
     try:
         assert learner.wait(timeout=240) == 0, learner_log.read_text()[-4000:]
         assert actor.wait(timeout=60) == 0, actor_log.read_text()[-3000:]

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from systest_util import child_env, kill_tree, module_cmd, set_args, tiny_sets, train_rows, wait_for
 
 # Before Ray is imported (it reads this once): every node, and the hub, on 127.0.0.1.
@@ -40,16 +39,26 @@ from ray.cluster_utils import Cluster  # noqa: E402
 STEPS = 8
 RUN_TIMEOUT_S = 300.0
 SAME = (
-    "rollout/samples", "learner/samples", "learner/groups", "rollout/reward_mean", "rollout/success",
-    "rollout/episode_return", "rollout/turns", "learner/shared/loss", "learner/shared/tokens", "learner/shared/version",
+    "rollout/samples",
+    "learner/samples",
+    "learner/groups",
+    "rollout/reward_mean",
+    "rollout/success",
+    "rollout/episode_return",
+    "rollout/turns",
+    "learner/shared/loss",
+    "learner/shared/tokens",
+    "learner/shared/version",
 )
 """Metrics that depend only on what was sampled and trained, never on who sampled it, where or when."""
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"learner_slot": 1},
-                                                      "include_dashboard": False})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {"learner_slot": 1}, "include_dashboard": False},
+    )
     for _ in range(2):
         c.add_node(num_cpus=2, resources={"actor_slot": 2})
     c.wait_for_nodes()
@@ -60,19 +69,33 @@ def cluster() -> Iterator[Cluster]:
 
 
 def ray_sets(out: Path, cluster: Cluster, **extra: object) -> list[str]:
-    return tiny_sets(out, **{
-        "run__steps": STEPS, "run__checkpoint_every": 2, "launch__actors": 2, "launch__backend": '"ray"',
-        "launch__ray_address": json.dumps(cluster.address), "launch__ray_actor_resources": "{actor_slot=1}",
-        "launch__ray_learner_resources": "{learner_slot=1}", "launch__ray_placement_timeout_s": 20,
-        "transport__unit_timeout_s": 5, **extra,
-    })
+    return tiny_sets(
+        out,
+        **{
+            "run__steps": STEPS,
+            "run__checkpoint_every": 2,
+            "launch__actors": 2,
+            "launch__backend": '"ray"',
+            "launch__ray_address": json.dumps(cluster.address),
+            "launch__ray_actor_resources": "{actor_slot=1}",
+            "launch__ray_learner_resources": "{learner_slot=1}",
+            "launch__ray_placement_timeout_s": 20,
+            "transport__unit_timeout_s": 5,
+            **extra,
+        },
+    )
 
 
 def start(out: Path, sets: list[str]) -> tuple[subprocess.Popen, Path]:
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}-driver.log"
-    proc = subprocess.Popen(module_cmd("atgrpo.cli.train", *set_args(sets)), stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
+    proc = subprocess.Popen(
+        module_cmd("atgrpo.cli.train", *set_args(sets)),
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=child_env(),
+        start_new_session=True,
+    )
     return proc, log
 
 
@@ -115,8 +138,11 @@ def assert_nothing_left(tag_out: Path) -> None:
     def leftovers() -> list[str]:
         alive = [a for a in actors().values() if a.get("State") != "DEAD" and a.get("RayNamespace") == "atgrpo"]
         held = [g for g in ray.util.placement_group_table().values() if g.get("state") not in ("REMOVED",)]
-        procs = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
-                 if p.info["cmdline"] and str(tag_out) in " ".join(p.info["cmdline"])]
+        procs = [
+            p.info["cmdline"]
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and str(tag_out) in " ".join(p.info["cmdline"])
+        ]
         return [*(f"actor {a.get('Name')}" for a in alive), *(f"group {g.get('name')}" for g in held), *map(str, procs)]
 
     wait_for(lambda: not leftovers() or None, 30, "the run's actors, group and processes to be gone")
@@ -175,8 +201,9 @@ def test_client_without_the_run_keys_cannot_join(cluster: Cluster, tmp_path: Pat
 
     out = tmp_path / "curve"
     proc, log = start(out, ray_sets(out, cluster, run__steps=30))
-    address = wait_for(lambda: (m := re.search(r"hub at (tcp://\S+)", log.read_text())) and m.group(1), 120,
-                       "the hub's address", proc)
+    address = wait_for(
+        lambda: (m := re.search(r"hub at (tcp://\S+)", log.read_text())) and m.group(1), 120, "the hub's address", proc
+    )
     with ActorClient(address, "intruder", curve_keys=None) as client, pytest.raises(TransportTimeout):
         client.request(Hello(PROTOCOL_VERSION, "intruder", "planpath-atgrpo", ["shared"]), timeout_s=3)
     proc.send_signal(signal.SIGINT)

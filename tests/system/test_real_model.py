@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from systest_util import run_train
 
 from atgrpo.config import RolloutSection, load_config
@@ -66,7 +65,9 @@ def test_atgrpo_train_with_the_real_model(engine: str, smollm2: Path, tmp_path: 
     # The torch run keeps step 1's checkpoint for the update-size check below (checkpoints of a
     # 135M model cost seconds each, so the vLLM run keeps only the last).
     every = 1 if engine == "torch" else 2
-    run = run_train(out, real_sets(out, smollm2, rollout__engine=f'"{engine}"', run__checkpoint_every=every), timeout_s=RUN_S)
+    run = run_train(
+        out, real_sets(out, smollm2, rollout__engine=f'"{engine}"', run__checkpoint_every=every), timeout_s=RUN_S
+    )
     assert run.returncode == 0, run.output[-4000:]
     rows = run.train_rows()
     assert sorted(rows) == [1, 2]
@@ -112,17 +113,26 @@ def test_one_step_of_code_and_math_with_the_real_model(task: str, smollm2: Path)
     """One training step in this process: the workflow with the real model (torch engine), its
     programs in the sandbox and (math) its answers through the verifier, then the learner's update.
     Truncated answers are passed on as they are, so programs are run even when cut off."""
+    from atgrpo.learner.advantages import step_advantages
     from atgrpo.learner.backends import TorchBackend
     from atgrpo.learner.batching import build_microbatches, loss_normalizer
     from atgrpo.learner.loss import LossConfig
-    from atgrpo.learner.advantages import step_advantages
     from atgrpo.messages import WorkUnit
-    from atgrpo.workflows.factory import make_workflow
     from atgrpo.workflows.base import PolicyHandle
+    from atgrpo.workflows.factory import make_workflow
 
-    cfg = load_config(None, [f'task.task="{task}"', 'task.prompts="paper"', "task.turns=1", "rollout.k=2",
-                             "rollout.max_new_tokens=48", "rollout.truncated_is_invalid=false",
-                             f"policies.shared.path={json.dumps(str(smollm2))}"])
+    cfg = load_config(
+        None,
+        [
+            f'task.task="{task}"',
+            'task.prompts="paper"',
+            "task.turns=1",
+            "rollout.k=2",
+            "rollout.max_new_tokens=48",
+            "rollout.truncated_is_invalid=false",
+            f"policies.shared.path={json.dumps(str(smollm2))}",
+        ],
+    )
     wf = make_workflow(cfg)
     sandbox = Counting(wf.sandbox, "run_batch")
     wf._sandbox._sandbox = sandbox  # the lazy sandbox, started and wrapped
@@ -160,9 +170,32 @@ def test_atgrpo_eval_with_the_real_model_on_public_sets(task, dataset, fmt, limi
     if not path.is_file():
         pytest.skip(f"public dataset {path} not found (set ATGRPO_DATASETS_DIR)")
     out, transcripts = tmp_path / "eval.json", tmp_path / "transcripts.jsonl"
-    rc = eval_main(["--task", task, "--model", "@smollm2", "--dataset", str(path), "--format", fmt, "--limit", str(limit),
-                    "--prompts", "paper", "--turns", "1", "--max-new-tokens", "48", "--batch", "20", "--out", str(out),
-                    "--transcripts", str(transcripts)])
+    rc = eval_main(
+        [
+            "--task",
+            task,
+            "--model",
+            "@smollm2",
+            "--dataset",
+            str(path),
+            "--format",
+            fmt,
+            "--limit",
+            str(limit),
+            "--prompts",
+            "paper",
+            "--turns",
+            "1",
+            "--max-new-tokens",
+            "48",
+            "--batch",
+            "20",
+            "--out",
+            str(out),
+            "--transcripts",
+            str(transcripts),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err[-3000:]
     res = json.loads(out.read_text())
     assert res["problems"] == limit and len(res["per_problem"]) == limit

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from systest_util import REFERENCE_STEPS, Run, tiny_sets
 
 from atgrpo.config import load_config
@@ -16,8 +15,15 @@ from atgrpo.reference_step import open_reference
 STEPS = 2
 EXACT = ("rollout/samples", "learner/shared/tokens", "learner/shared/version")
 """Counts: equal or the samples differ."""
-CLOSE = ("rollout/reward_mean", "rollout/response_len_mean", "rollout/success", "advantage/abs_mean",
-         "learner/shared/loss", "learner/shared/clip_frac", "learner/shared/logprob_mismatch")
+CLOSE = (
+    "rollout/reward_mean",
+    "rollout/response_len_mean",
+    "rollout/success",
+    "advantage/abs_mean",
+    "learner/shared/loss",
+    "learner/shared/clip_frac",
+    "learner/shared/logprob_mismatch",
+)
 """Means of the same numbers, summed in the same order by the same code: equal up to float rounding
 (the learner's reductions may be split differently between processes)."""
 

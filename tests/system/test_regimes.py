@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from systest_util import TINY_MODEL, Run, run_train, tiny_sets
 
 from atgrpo.config import load_config
 from atgrpo.messages import GroupKey, Sample
-from systest_util import TINY_MODEL, Run, run_train, tiny_sets
 
 ROLES = ("tool", "plan")
 TWO_POLICIES = [f"policies.{p}.tiny.{k}={v}" for p in ROLES for k, v in TINY_MODEL.items()] + [
@@ -100,15 +100,37 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_pref
     first = {"tool": 11, "plan": 12}  # a prompt's first token says which role it was made for
     rng = np.random.default_rng(0)
     samples = [
-        Sample("planpath-atgrpo", role, 0, 0, role, GroupKey(env, agent, turn), [first[role], 20, 21],
-               list(range(5, 5 + n)), [-1.0] * n, reward=float(rng.normal()), reward_team=0.0, reward_local=0.0, branch=b)
-        for env in range(3) for turn in range(2) for agent, role in enumerate(ROLES) for b in range(2)
+        Sample(
+            "planpath-atgrpo",
+            role,
+            0,
+            0,
+            role,
+            GroupKey(env, agent, turn),
+            [first[role], 20, 21],
+            list(range(5, 5 + n)),
+            [-1.0] * n,
+            reward=float(rng.normal()),
+            reward_team=0.0,
+            reward_local=0.0,
+            branch=b,
+        )
+        for env in range(3)
+        for turn in range(2)
+        for agent, role in enumerate(ROLES)
+        for b in range(2)
         for n in [int(rng.integers(1, 6))]
     ]
     tr = cfg.train
     (plan,) = plan_step(
-        samples, step_advantages(samples, cfg.rollout.grouping).values, policies=ROLES, pad_ids=trainer.pad_ids,
-        world=1, minibatches=tr.minibatches, max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation,
+        samples,
+        step_advantages(samples, cfg.rollout.grouping).values,
+        policies=ROLES,
+        pad_ids=trainer.pad_ids,
+        world=1,
+        minibatches=tr.minibatches,
+        max_tokens=tr.micro_batch_tokens,
+        aggregation=tr.loss_aggregation,
         share_prefix=tr.share_prefix,
     )
     trainer.train(plan)
@@ -125,8 +147,8 @@ def test_each_policy_is_warm_started_on_its_own_roles_prompts(tmp_path: Path, mo
     """The plan policy must see the tool section in its demos (as it will in every rollout), and
     neither policy learns the other role's answers."""
     import atgrpo.warmstart.demos as demos
-    from atgrpo.warmstart.prepare import prepare_models
     from atgrpo.models.folder import load_tokenizer
+    from atgrpo.warmstart.prepare import prepare_models
 
     made: list[list[tuple[list[int], list[int]]]] = []
     real = demos.make_demos

@@ -9,16 +9,36 @@ import subprocess
 from pathlib import Path
 
 import torch
-
 from systest_util import (
-    REFERENCE_STEPS, Processes, Run, child_env, module_cmd, read_rows, run_direct, set_args, tiny_sets, train_rows,
+    REFERENCE_STEPS,
+    Processes,
+    Run,
+    child_env,
+    module_cmd,
+    read_rows,
+    run_direct,
+    set_args,
+    tiny_sets,
+    train_rows,
 )
 
 SAME = (
-    "rollout/samples", "rollout/reward_mean", "rollout/reward_team_mean", "rollout/reward_local_mean",
-    "rollout/response_len_mean", "rollout/success", "rollout/episode_return", "learner/samples", "learner/groups",
-    "advantage/abs_mean", "learner/shared/loss", "learner/shared/grad_norm", "learner/shared/clip_frac",
-    "learner/shared/logprob_mismatch", "learner/shared/tokens", "learner/shared/version",
+    "rollout/samples",
+    "rollout/reward_mean",
+    "rollout/reward_team_mean",
+    "rollout/reward_local_mean",
+    "rollout/response_len_mean",
+    "rollout/success",
+    "rollout/episode_return",
+    "learner/samples",
+    "learner/groups",
+    "advantage/abs_mean",
+    "learner/shared/loss",
+    "learner/shared/grad_norm",
+    "learner/shared/clip_frac",
+    "learner/shared/logprob_mismatch",
+    "learner/shared/tokens",
+    "learner/shared/version",
 )
 
 
@@ -49,7 +69,10 @@ def test_stop_and_resume_equals_straight_run(tmp_path: Path, processes: Processe
     # Resuming with a config that changes what is learned is refused before anything is loaded.
     changed = subprocess.run(
         module_cmd("atgrpo.cli.learner", *set_args(tiny_sets(out, run__steps=4, rollout__k=2))),
-        capture_output=True, text=True, timeout=120, env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(),
     )
     assert changed.returncode == 2, changed.stderr[-3000:]
     assert "rollout.k changed" in changed.stderr and '{"type":"failed"' in changed.stdout

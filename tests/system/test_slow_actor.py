@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+from systest_util import tiny_sets
+
 from atgrpo.actor.actor import Actor
 from atgrpo.config import load_config
 from atgrpo.learner.hub import Hub
@@ -16,17 +18,28 @@ from atgrpo.models.folder import load_model
 from atgrpo.models.tiny import build_tiny_model
 from atgrpo.paths import policy_dir
 from atgrpo.transport import HubEndpoint, private_ipc_address
-from systest_util import tiny_sets
 
 UNIT_TIMEOUT_S = 1.0
 
 
 def test_a_slow_actor_drops_its_expired_unit_and_carries_on(tmp_path: Path) -> None:
-    cfg = load_config(None, tiny_sets(tmp_path, rollout__k=2, task__turns=1,
-                                      transport__request_timeout_s=10, transport__unit_timeout_s=UNIT_TIMEOUT_S))
+    cfg = load_config(
+        None,
+        tiny_sets(
+            tmp_path,
+            rollout__k=2,
+            task__turns=1,
+            transport__request_timeout_s=10,
+            transport__unit_timeout_s=UNIT_TIMEOUT_S,
+        ),
+    )
     build_tiny_model(cfg.policies["shared"].tiny, policy_dir(cfg, "shared"))
-    hub = Hub(HubEndpoint(private_ipc_address(tmp_path / "ipc")), VersionLedger(cfg.run.name, {"shared": 0}),
-              unit_timeout_s=UNIT_TIMEOUT_S, retry_after_s=0.01)
+    hub = Hub(
+        HubEndpoint(private_ipc_address(tmp_path / "ipc")),
+        VersionLedger(cfg.run.name, {"shared": 0}),
+        unit_timeout_s=UNIT_TIMEOUT_S,
+        retry_after_s=0.01,
+    )
     hub.start()
     actor = None
     try:

@@ -19,8 +19,16 @@ MISMATCH_MAX = 1e-3
 def test_a_team_of_one_each_trains_end_to_end_on_the_tiny_model(tmp_path: Path) -> None:
     out = tmp_path / "team"
     sets = tiny_sets(
-        out, policies=POLICIES, task__task='"math"', task__env="{}", task__turns=2, task__sandbox_timeout_s=1.0,
-        task__roles='["tool", "reasoner", "judge"]', warmstart__steps=0, rollout__k=2, rollout__envs_per_step=2,
+        out,
+        policies=POLICIES,
+        task__task='"math"',
+        task__env="{}",
+        task__turns=2,
+        task__sandbox_timeout_s=1.0,
+        task__roles='["tool", "reasoner", "judge"]',
+        warmstart__steps=0,
+        rollout__k=2,
+        rollout__envs_per_step=2,
         run__eval_seeds=2,
     )
     sets += [f"policies.{p}.tiny.{k}={v}" for p in POLICIES for k, v in TINY_MODEL.items()]
@@ -52,9 +60,19 @@ def test_one_step_of_a_five_agent_team_with_the_real_model(smollm2: Path) -> Non
     from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
 
-    cfg = load_config(None, ['task.task="math"', 'task.prompts="paper"', "task.turns=1", "task.team={reasoner=3, tool=1, judge=1}",
-                             "rollout.k=2", "rollout.max_new_tokens=32", "rollout.truncated_is_invalid=false",
-                             f"policies.shared.path={json.dumps(str(smollm2))}"])
+    cfg = load_config(
+        None,
+        [
+            'task.task="math"',
+            'task.prompts="paper"',
+            "task.turns=1",
+            "task.team={reasoner=3, tool=1, judge=1}",
+            "rollout.k=2",
+            "rollout.max_new_tokens=32",
+            "rollout.truncated_is_invalid=false",
+            f"policies.shared.path={json.dumps(str(smollm2))}",
+        ],
+    )
     wf = make_workflow(cfg)
     engine, tok = open_engine(smollm2, cfg.rollout, policy="shared", version=0)
     try:
@@ -74,8 +92,13 @@ def test_one_step_of_a_five_agent_team_with_the_real_model(smollm2: Path) -> Non
     assert all(sample_fault(s, limits) is None for s in samples)
     adv = step_advantages(samples, cfg.rollout.grouping)
     assert adv.num_groups == 5
-    backend = TorchBackend(load_model(smollm2), lr=1e-4, weight_decay=0.0, grad_clip=1.0,
-                           loss_cfg=LossConfig(temperature=cfg.rollout.temperature, entropy_coef=0.01))
+    backend = TorchBackend(
+        load_model(smollm2),
+        lr=1e-4,
+        weight_decay=0.0,
+        grad_clip=1.0,
+        loss_cfg=LossConfig(temperature=cfg.rollout.temperature, entropy_coef=0.01),
+    )
     mbs = build_microbatches(samples, adv.values, max_tokens=16384, pad_id=2, share_prefix=True)
     metrics = backend.train_step(mbs, loss_normalizer(samples, "token_mean"))
     assert metrics["logprob_mismatch"] <= MISMATCH_MAX and metrics["grad_norm"] > 0

@@ -11,9 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from systest_util import read_rows, run_direct, tiny_sets
-
 
 STEPS = 3
 
@@ -22,7 +20,11 @@ STEPS = 3
 def test_two_rank_deepspeed_learner_serves_its_weights_to_an_actor(tmp_path: Path, processes, stage: int) -> None:
     out = tmp_path / "run"
     sets = tiny_sets(
-        out, run__steps=STEPS, train__backend='"deepspeed"', train__zero_stage=stage, policies__shared__lr=1e-2,
+        out,
+        run__steps=STEPS,
+        train__backend='"deepspeed"',
+        train__zero_stage=stage,
+        policies__shared__lr=1e-2,
         run__checkpoint_every=0,
     )
     log = run_direct(out, sets, processes, actors=1, ranks=2, timeout_s=240)

@@ -11,23 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_hub import RUN, connect, finish, hello, make_hub, take_unit  # noqa: F401  (fixtures)
+
 from atgrpo.learner.hub_weights import WeightsCache
 from atgrpo.messages import Refused, WeightsRequest
 from atgrpo.transport import weight_store
 from atgrpo.transport.errors import UnexpectedReply
 from atgrpo.transport.tensors import weights_to_messages
 from atgrpo.transport.weight_store import MARKER, StoreReader, WeightStore, version_dir
-from test_hub import RUN, connect, finish, hello, make_hub, take_unit  # noqa: F401  (fixtures)
 
 CHUNKS = 3
 
 
 def weights(v: int) -> dict[str, torch.Tensor]:
     """Three 4 MiB tensors: one chunk each (`tensors.CHUNK_BYTES`), a different content per version."""
-    return {
-        f"t{i}": torch.arange(1 << 20, dtype=torch.float32) * (v + 1) + i
-        for i in range(CHUNKS)
-    }
+    return {f"t{i}": torch.arange(1 << 20, dtype=torch.float32) * (v + 1) + i for i in range(CHUNKS)}
 
 
 def same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> bool:
@@ -44,9 +42,7 @@ def with_store(make_hub, root: Path, **kw):
     return hub
 
 
-def test_actors_read_the_store_and_no_weights_leave_the_hub(
-    make_hub, connect, tmp_path: Path
-) -> None:
+def test_actors_read_the_store_and_no_weights_leave_the_hub(make_hub, connect, tmp_path: Path) -> None:
     hub = with_store(make_hub, tmp_path / "store")
     hub.publish("shared", 1, weights(1))
     assert (version_dir(tmp_path / "store", RUN, "shared", 1) / MARKER).is_file()
@@ -54,10 +50,7 @@ def test_actors_read_the_store_and_no_weights_leave_the_hub(
     for i, reader in enumerate(readers):
         header, got = reader.fetch(connect(hub, f"a{i}"), "shared", 1)
         assert header.version == 1 and same(got, weights(1))
-        assert (
-            reader.counters["store/chunks_read"] == CHUNKS
-            and reader.counters["store/chunks_from_hub"] == 0
-        )
+        assert reader.counters["store/chunks_read"] == CHUNKS and reader.counters["store/chunks_from_hub"] == 0
     assert hub_bytes(hub) == 0  # four actors, one copy written, nothing served
     one_copy = sum(t.numel() * 4 for t in weights(1).values())
     assert one_copy <= hub.metrics()["hub/weights_store_bytes"] < one_copy * 1.01
@@ -67,9 +60,7 @@ def test_actors_read_the_store_and_no_weights_leave_the_hub(
     assert held == ["v2", "v3"]  # keep_versions (2): older versions go
 
 
-def test_a_writer_that_dies_mid_write_leaves_nothing_readable(
-    make_hub, connect, tmp_path: Path, monkeypatch
-) -> None:
+def test_a_writer_that_dies_mid_write_leaves_nothing_readable(make_hub, connect, tmp_path: Path, monkeypatch) -> None:
     hub = with_store(make_hub, tmp_path / "store")
     real = weight_store._write_file
     calls = []
@@ -81,13 +72,9 @@ def test_a_writer_that_dies_mid_write_leaves_nothing_readable(
         return real(path, frames, raw)
 
     monkeypatch.setattr(weight_store, "_write_file", dies_on_second_chunk)
-    hub.publish(
-        "shared", 1, weights(1)
-    )  # the run goes on: the hub still serves the version
+    hub.publish("shared", 1, weights(1))  # the run goes on: the hub still serves the version
     assert hub.metrics()["hub/weights_store_failed"] == 1
-    assert not any(
-        (tmp_path / "store" / RUN / "shared").iterdir()
-    )  # no marker, no half a version in place
+    assert not any((tmp_path / "store" / RUN / "shared").iterdir())  # no marker, no half a version in place
     reader = StoreReader(tmp_path / "store", RUN, wait_s=0.2)
     _, got = reader.fetch(connect(hub, "a"), "shared", 1)
     assert same(got, weights(1)) and reader.counters["store/versions_from_hub"] == 1
@@ -101,54 +88,36 @@ def test_a_corrupted_chunk_is_refetched_from_the_hub_and_the_store_is_no_longer_
     hub.publish("shared", 1, weights(1))
     chunk = version_dir(tmp_path / "store", RUN, "shared", 1) / "chunk-1"
     data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= (
-        0xFF  # in the tensor's bytes: same size, same header, wrong crc32
-    )
+    data[len(data) // 2] ^= 0xFF  # in the tensor's bytes: same size, same header, wrong crc32
     chunk.write_bytes(bytes(data))
     reader = StoreReader(tmp_path / "store", RUN, wait_s=0.0)
     client = connect(hub, "a")
     _, got = reader.fetch(client, "shared", 1)
     assert same(got, weights(1))  # the bad chunk never reached the weights
     # Chunk 0 from the store; chunk 1 (bad) and every later one from the hub: the store lied once.
-    assert (
-        reader.counters["store/chunks_read"] == 1
-        and reader.counters["store/chunks_from_hub"] == CHUNKS - 1
-    )
+    assert reader.counters["store/chunks_read"] == 1 and reader.counters["store/chunks_from_hub"] == CHUNKS - 1
     assert not reader.trusted
     refetched = weights_to_messages("shared", 1, weights(1))[1:]
     assert hub_bytes(hub) == sum(memoryview(f).nbytes for m in refetched for f in m)
-    hub.publish(
-        "shared", 2, weights(2)
-    )  # an intact version: still fetched from the hub, whole
+    hub.publish("shared", 2, weights(2))  # an intact version: still fetched from the hub, whole
     _, got = reader.fetch(client, "shared", 2)
     assert same(got, weights(2)) and reader.counters["store/versions_from_hub"] == 1
     assert reader.counters["store/chunks_read"] == 1
 
 
-def test_a_truncated_chunk_file_comes_from_the_hub(
-    make_hub, connect, tmp_path: Path
-) -> None:
+def test_a_truncated_chunk_file_comes_from_the_hub(make_hub, connect, tmp_path: Path) -> None:
     hub = with_store(make_hub, tmp_path / "store")
     hub.publish("shared", 1, weights(1))
     chunk = version_dir(tmp_path / "store", RUN, "shared", 1) / "chunk-2"
-    chunk.write_bytes(
-        chunk.read_bytes()[: 1 << 20]
-    )  # e.g. a copy still on its way to this host
+    chunk.write_bytes(chunk.read_bytes()[: 1 << 20])  # e.g. a copy still on its way to this host
     reader = StoreReader(tmp_path / "store", RUN, wait_s=0.0)
     _, got = reader.fetch(connect(hub, "a"), "shared", 1)
     assert same(got, weights(1))
-    assert (
-        reader.counters["store/chunks_read"] == CHUNKS - 1
-        and reader.counters["store/chunks_from_hub"] == 1
-    )
-    assert (
-        reader.trusted
-    )  # unreadable is not a lie: the store's checked chunks stay in use
+    assert reader.counters["store/chunks_read"] == CHUNKS - 1 and reader.counters["store/chunks_from_hub"] == 1
+    assert reader.trusted  # unreadable is not a lie: the store's checked chunks stay in use
 
 
-def test_an_actor_dies_mid_read_while_another_joins_and_the_step_completes(
-    make_hub, connect, tmp_path: Path
-) -> None:
+def test_an_actor_dies_mid_read_while_another_joins_and_the_step_completes(make_hub, connect, tmp_path: Path) -> None:
     hub = with_store(make_hub, tmp_path / "store", unit_timeout_s=1.0)
     hub.publish("shared", 1, weights(1))
     rid = hub.open_round(0, [10, 11], 1, split="train", greedy=False)
@@ -168,50 +137,36 @@ def test_an_actor_dies_mid_read_while_another_joins_and_the_step_completes(
                 hello(late)
                 other = take_unit(late)
                 reader = StoreReader(tmp_path / "store", RUN, wait_s=0.0)
-                joined["weights"] = reader.fetch(
-                    late, "shared", other.versions["shared"]
-                )[1]
+                joined["weights"] = reader.fetch(late, "shared", other.versions["shared"])[1]
                 finish(late, other, tag=2)
                 joined["client"] = late
                 raise Died  # ...and this one dies between two chunks
             return super()._read_chunk(path, policy, version, chunk)
 
     with pytest.raises(Died):
-        DiesAfterFirstChunk(tmp_path / "store", RUN, wait_s=0.0).fetch(
-            dying, "shared", unit.versions["shared"]
-        )
+        DiesAfterFirstChunk(tmp_path / "store", RUN, wait_s=0.0).fetch(dying, "shared", unit.versions["shared"])
     dying.close()
     assert same(joined["weights"], weights(1))
     late = joined["client"]
     deadline = time.monotonic() + 10.0
-    while (
-        hub.metrics().get("hub/units_reassigned", 0.0) < 1
-        and time.monotonic() < deadline
-    ):
+    while hub.metrics().get("hub/units_reassigned", 0.0) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     again = take_unit(late)  # the dead actor's unit, once its lease ran out
     assert again.unit_id == unit.unit_id
     finish(late, again, tag=2)
     data = hub.wait_round(rid, stall_timeout_s=10.0)
     assert sorted({s.key.env for s in data.samples}) == [0, 1]
-    assert (
-        hub.metrics()["hub/units_reassigned"] == 1
-        and hub.metrics()["hub/rejected_total"] == 0
-    )
+    assert hub.metrics()["hub/units_reassigned"] == 1 and hub.metrics()["hub/rejected_total"] == 0
     assert hub_bytes(hub) == 0
 
 
-def test_one_chunk_from_the_hub_and_out_of_range_chunks_refused(
-    make_hub, connect
-) -> None:
+def test_one_chunk_from_the_hub_and_out_of_range_chunks_refused(make_hub, connect) -> None:
     cache = WeightsCache(1)
     messages = weights_to_messages("shared", 4, weights(4))
     cache.put("shared", 4, messages)
     assert cache.reply(WeightsRequest("a", "shared", 4)) is messages
     assert cache.reply(WeightsRequest("a", "shared", 4, chunk=2)) == messages[2:3]
-    assert isinstance(
-        cache.reply(WeightsRequest("a", "shared", 4, chunk=CHUNKS)), Refused
-    )
+    assert isinstance(cache.reply(WeightsRequest("a", "shared", 4, chunk=CHUNKS)), Refused)
     hub = make_hub()
     hub.publish("shared", 4, weights(4))
     client = connect(hub, "a")
@@ -226,7 +181,5 @@ def test_a_restarted_writer_clears_the_versions_of_its_earlier_session(
     first = WeightStore(tmp_path, RUN)
     first.write("shared", 5, weights_to_messages("shared", 5, weights(5)))
     assert (version_dir(tmp_path, RUN, "shared", 5) / MARKER).is_file()
-    WeightStore(
-        tmp_path, RUN
-    )  # a v5 of the new session may hold other weights: the old one must go
+    WeightStore(tmp_path, RUN)  # a v5 of the new session may hold other weights: the old one must go
     assert not version_dir(tmp_path, RUN, "shared", 5).exists()

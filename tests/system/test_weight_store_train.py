@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from atgrpo.transport.weight_store import MARKER
 from systest_util import read_rows, run_train, tiny_sets
+
+from atgrpo.transport.weight_store import MARKER
 
 
 def test_tiny_run_takes_its_weights_from_the_store(tmp_path: Path) -> None:
@@ -23,18 +24,12 @@ def test_tiny_run_takes_its_weights_from_the_store(tmp_path: Path) -> None:
         ),
     )
     assert run.returncode == 0, run.output[-4000:]
-    rows = [
-        r for r in read_rows(out / "metrics.jsonl") if "hub/weights_store_versions" in r
-    ]
+    rows = [r for r in read_rows(out / "metrics.jsonl") if "hub/weights_store_versions" in r]
     assert rows, "no hub metrics written"
     last = rows[-1]
     # Version 0 (after the warm start) and one per step were written; not one weights reply was served.
     assert last["hub/weights_store_versions"] >= 2
     assert last["transport/weights_replies"] == 0
     assert last.get("hub/weights_store_failed", 0) == 0
-    held = [
-        d
-        for d in (store / "store-run" / "shared").iterdir()
-        if not d.name.startswith(".")
-    ]
+    held = [d for d in (store / "store-run" / "shared").iterdir() if not d.name.startswith(".")]
     assert held and all((d / MARKER).is_file() for d in held)

@@ -12,7 +12,6 @@ from atgrpo.messages import (
     PROTOCOL_VERSION,
     EnvResult,
     GroupKey,
-    UnitTimings,
     Hello,
     Message,
     NoWork,
@@ -24,6 +23,7 @@ from atgrpo.messages import (
     Shutdown,
     TensorMeta,
     UnitProgress,
+    UnitTimings,
     WeightsHeader,
     WeightsRequest,
     Welcome,
@@ -45,9 +45,21 @@ LIMIT = 1 << 20
 
 def sample(i: int = 0) -> Sample:
     return Sample(
-        run_id="run", policy="shared", version=3, step=7, role="planner", key=GroupKey(i, 1, 2),
-        prompt_ids=list(range(20)), response_ids=[5, 6, 7], logprobs=[-0.5, -1.25, -3.0],
-        reward=1.5, reward_team=1.0, reward_local=0.5, success=True, truncated_response=False, branch=2,
+        run_id="run",
+        policy="shared",
+        version=3,
+        step=7,
+        role="planner",
+        key=GroupKey(i, 1, 2),
+        prompt_ids=list(range(20)),
+        response_ids=[5, 6, 7],
+        logprobs=[-0.5, -1.25, -3.0],
+        reward=1.5,
+        reward_team=1.0,
+        reward_local=0.5,
+        success=True,
+        truncated_response=False,
+        branch=2,
     )
 
 
@@ -60,8 +72,12 @@ EVERY_MESSAGE: list[Message] = [
     NoWork(retry_after_s=0.5, reason="step complete"),
     Shutdown(reason="done"),
     SampleBatch(
-        actor_id="actor-0", unit_id=9, samples=[sample(0), sample(1)], last=True,
-        env_results=[EnvResult(env=48, success=True, turns=3, episode_return=2.5)], timings=UnitTimings(generate_s=1.5, sync_s=0.25),
+        actor_id="actor-0",
+        unit_id=9,
+        samples=[sample(0), sample(1)],
+        last=True,
+        env_results=[EnvResult(env=48, success=True, turns=3, episode_return=2.5)],
+        timings=UnitTimings(generate_s=1.5, sync_s=0.25),
     ),
     SampleAck(unit_id=9, accepted=2, rejected=0),
     UnitProgress(actor_id="actor-0", unit_id=9),

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import HubThread
+from test_endpoints import WEIGHTS, answer
 
 from atgrpo.messages import NoWork, WeightsRequest, WorkRequest
 from atgrpo.transport import ActorClient, TransportTimeout
 from atgrpo.transport.errors import CurveKeyError
 from atgrpo.transport.keys import actor_keys, generate_keys, hub_keys
-from conftest import HubThread
-from test_endpoints import WEIGHTS, answer
 
 
 def test_generate_keys_writes_private_key_files(tmp_path: Path) -> None:

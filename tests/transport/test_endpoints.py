@@ -16,6 +16,7 @@ import msgspec
 import pytest
 import torch
 import zmq
+from conftest import HubThread
 
 from atgrpo.messages import (
     PROTOCOL_VERSION,
@@ -40,7 +41,6 @@ from atgrpo.transport.errors import (
     WeightsHeaderError,
 )
 from atgrpo.transport.tensors import weights_to_messages
-from conftest import HubThread
 
 WEIGHTS = {
     "embed": torch.randn(512, 256),
@@ -196,8 +196,11 @@ def test_chunks_out_of_order_are_a_protocol_error_that_does_not_spill_into_the_n
 
     hub = serve(ipc_address, scrambled)
     with ActorClient(hub.address, "a0", timeout_s=5.0) as client:
-        for expected in ("expected chunk 1 of 3, got chunk 2 of 3", "expected chunk 0 of 3, got chunk 1 of 3",
-                         "expected chunk 1 of 3, got chunk 0 of 3"):
+        for expected in (
+            "expected chunk 1 of 3, got chunk 2 of 3",
+            "expected chunk 0 of 3, got chunk 1 of 3",
+            "expected chunk 1 of 3, got chunk 0 of 3",
+        ):
             with pytest.raises(WeightsHeaderError, match=expected):
                 client.request_weights("shared", 5)
         _, tensors = client.request_weights("shared", 5)
@@ -289,9 +292,7 @@ def test_timeout_names_what_was_awaited_and_a_later_request_works(tmp_path: Path
         client.request(WorkRequest(actor_id="a0"))
 
 
-def test_a_late_reply_is_never_taken_for_the_next_answer(
-    ipc_address: str, serve: Callable[..., HubThread]
-) -> None:
+def test_a_late_reply_is_never_taken_for_the_next_answer(ipc_address: str, serve: Callable[..., HubThread]) -> None:
     held: list[bytes] = []
     sent_late: list[bool] = []
 

@@ -16,10 +16,18 @@ from atgrpo.transport.security import is_local, require_keys
 @pytest.mark.parametrize(
     ("address", "local"),
     [
-        ("tcp://127.0.0.1:5555", True), ("tcp://127.3.4.5:1", True), ("tcp://localhost:80", True),
-        ("tcp://[::1]:5555", True), ("ipc:///tmp/x/hub", True), ("inproc://hub", True),
-        ("tcp://0.0.0.0:5555", False), ("tcp://*:5555", False), ("tcp://10.0.0.1:5555", False),
-        ("tcp://[::]:5555", False), ("tcp://learner.example.org:5555", False), ("tcp://eth0:5555", False),
+        ("tcp://127.0.0.1:5555", True),
+        ("tcp://127.3.4.5:1", True),
+        ("tcp://localhost:80", True),
+        ("tcp://[::1]:5555", True),
+        ("ipc:///tmp/x/hub", True),
+        ("inproc://hub", True),
+        ("tcp://0.0.0.0:5555", False),
+        ("tcp://*:5555", False),
+        ("tcp://10.0.0.1:5555", False),
+        ("tcp://[::]:5555", False),
+        ("tcp://learner.example.org:5555", False),
+        ("tcp://eth0:5555", False),
     ],
 )
 def test_which_addresses_other_hosts_can_reach(address: str, local: bool) -> None:

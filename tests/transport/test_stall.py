@@ -10,12 +10,12 @@ from collections.abc import Callable
 import pytest
 import torch
 import zmq
+from conftest import HubThread
 
 from atgrpo.messages import Message, WeightsRequest, WorkRequest
 from atgrpo.transport import ActorClient, HubEndpoint, TransportTimeout
 from atgrpo.transport.codec import encode
 from atgrpo.transport.tensors import weights_to_messages
-from conftest import HubThread
 
 TIMEOUT_S = 0.4
 GAP_S = 0.12

@@ -114,7 +114,9 @@ def many_tensors() -> dict[str, torch.Tensor]:
     out = {}
     for i in range(300):
         dtype = [torch.float32, torch.bfloat16, torch.int64, torch.uint8][i % 4]
-        out[f"t{i}"] = torch.randint(-100, 100, (int(torch.randint(0, 10_000, (1,), generator=g)),), generator=g).to(dtype)
+        out[f"t{i}"] = torch.randint(-100, 100, (int(torch.randint(0, 10_000, (1,), generator=g)),), generator=g).to(
+            dtype
+        )
         if i == 150:
             out["huge"] = torch.randn(256, 256, generator=g)
     return out
@@ -188,7 +190,9 @@ def test_missing_repeated_reordered_and_foreign_chunks_are_rejected() -> None:
     with pytest.raises(WeightsHeaderError, match="claim 0 chunks"):
         messages_to_weights([reheader(m[0], chunks=0)])
     with pytest.raises(WeightsHeaderError, match="appears twice"):
-        messages_to_weights([m[0], reheader(m[1], tensors=[msgspec.structs.replace(headers(m)[1].tensors[0], name="a")]), m[2]])
+        messages_to_weights(
+            [m[0], reheader(m[1], tensors=[msgspec.structs.replace(headers(m)[1].tensors[0], name="a")]), m[2]]
+        )
     with pytest.raises(FrameCountMismatch, match="incomplete weights: 2 of 3 chunks came"):
         messages_to_weights(m[:2])
     with pytest.raises(FrameCountMismatch, match="incomplete weights: no chunk came"):
@@ -421,7 +425,9 @@ def test_weights_checksum_tells_equal_weights_from_changed_ones():
     changed["w"][2, 1] = torch.nextafter(changed["w"][2, 1], torch.tensor(10.0))  # one ulp
     renamed = {("v" if k == "w" else k): v for k, v in a.items()}
     assert weights_checksum(changed) != weights_checksum(a) != weights_checksum(renamed)
-    assert weights_checksum({"t": torch.ones(3, 2).t()}) == weights_checksum({"t": torch.ones(2, 3)})  # bytes, not strides
+    assert weights_checksum({"t": torch.ones(3, 2).t()}) == weights_checksum(
+        {"t": torch.ones(2, 3)}
+    )  # bytes, not strides
     definition = 0  # unchanged by the move of the crc32s to the Rust core: ranks of old and new builds agree
     for name in sorted(a):
         part = zlib.crc32(a[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -47,7 +47,9 @@ def run_scripted(wf, answer, seeds, offset: int = 0, greedy: bool = False):
     eng = ScriptedEngine(answer)
     unit = WorkUnit(0, 0, list(seeds), offset, "train", {"shared": 0}, greedy=greedy)
     try:
-        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t")
+        result = wf.run(
+            unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t"
+        )
     finally:
         wf.close()
     return result, eng

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from scripted import grouped_advantages, run_scripted
 
 from atgrpo.config import load_config
 from atgrpo.data import load_code_problems
 from atgrpo.workflows.code import CodeWorkflow, parse_assert_tests, parse_io_tests, solution_code
 from atgrpo.workflows.programs import compiles, extract_code
 from atgrpo.workflows.prompts import envs_dir
-
-from scripted import grouped_advantages, run_scripted
 
 SUM_EVENS = 0  # fn-sum-evens (function style)
 RANGE = 7  # io-range (stdio)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scripted import ScriptedEngine, grouped_advantages
 
 from atgrpo.config import load_config
-from atgrpo.envs import EnvPool
 from atgrpo.engines.base import SamplingParams
+from atgrpo.envs import EnvPool
 from atgrpo.messages import WorkUnit
 from atgrpo.workflows.base import PolicyHandle
 from atgrpo.workflows.games import GameWorkflow
-
-from scripted import ScriptedEngine, grouped_advantages
 
 ENV = "task.env={width=6,height=6,obstacle_ratio=0.2,min_distance=3}"
 BRANCH_ANSWERS = ["[U]", "[D]", "[L]", "[R]"]

@@ -4,11 +4,10 @@ sandbox and the verifier (integer answers, so the exact-number fast path decides
 from __future__ import annotations
 
 import pytest
+from scripted import grouped_advantages, run_scripted
 
 from atgrpo.config import load_config
 from atgrpo.workflows.math import MathWorkflow, program_answer
-
-from scripted import grouped_advantages, run_scripted
 
 MUFFINS = 0  # m01, answer 6
 TRAIN = 1  # m02, answer 72

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from scripted import ScriptedEngine, grouped_advantages, run_scripted
 
 from atgrpo.config import load_config
 from atgrpo.engines.base import SamplingParams
@@ -15,8 +16,6 @@ from atgrpo.messages import GroupKey, WorkUnit
 from atgrpo.workflows.base import PolicyHandle
 from atgrpo.workflows.math import Answer, MathState, MathWorkflow
 
-from scripted import ScriptedEngine, grouped_advantages, run_scripted
-
 MUFFINS = 0  # m01, answer 6: "A baker makes 24 muffins and sells three quarters of them before noon. ..."
 TOOL_RIGHT = "```python\nprint(24 - 24 * 3 // 4)\n```"
 TOOL_WRONG = "```python\nprint(7)\n```"
@@ -24,7 +23,12 @@ TEAM_3_1_1 = "task.team={reasoner=3, tool=1, judge=1}"
 
 
 def make(*overrides: str) -> MathWorkflow:
-    return MathWorkflow(load_config(None, ["task.task=math", "rollout.k=4", "task.sandbox_timeout_s=1.0", "rollout.max_new_tokens=64", *overrides]))
+    return MathWorkflow(
+        load_config(
+            None,
+            ["task.task=math", "rollout.k=4", "task.sandbox_timeout_s=1.0", "rollout.max_new_tokens=64", *overrides],
+        )
+    )
 
 
 def kind(prompt: str) -> str:
@@ -38,7 +42,11 @@ def agents_of(samples):
 
 def test_every_agent_has_its_own_groups_of_k():
     wf = make(TEAM_3_1_1)
-    answers = {"T:": [TOOL_RIGHT, TOOL_WRONG] * 2, "R:": ["\\boxed{6}", "\\boxed{5}", "\\boxed{6}", "6"], "J:": ["\\boxed{6}"] * 4}
+    answers = {
+        "T:": [TOOL_RIGHT, TOOL_WRONG] * 2,
+        "R:": ["\\boxed{6}", "\\boxed{5}", "\\boxed{6}", "6"],
+        "J:": ["\\boxed{6}"] * 4,
+    }
     result, eng = run_scripted(wf, lambda t, i: answers[kind(t)][i % 4], seeds=(MUFFINS, 1), offset=10)
     names = ["tool", "reasoner_1", "reasoner_2", "reasoner_3", "judge"]
     assert agents_of(result.samples) == list(enumerate(names))
@@ -47,7 +55,9 @@ def test_every_agent_has_its_own_groups_of_k():
         keys.setdefault(s.key, []).append(s)
     # No two agents share a group: every key holds K samples of one agent, one per branch.
     assert all(len({s.role for s in g}) == 1 and sorted(s.branch for s in g) == [0, 1, 2, 3] for g in keys.values())
-    assert {k.env for k in keys} == {10, 11} and len(keys) == 2 * 5  # envs x agents: one turn, the agents agree on both envs
+    assert {k.env for k in keys} == {10, 11} and len(
+        keys
+    ) == 2 * 5  # envs x agents: one turn, the agents agree on both envs
     _, stats, groups = grouped_advantages(result.samples, "agent_turn")
     assert groups == len(keys) and set(stats.size.tolist()) == {4}
     # The learner's intake takes them: agent index = position of the agent's name in task.agents().
@@ -61,9 +71,15 @@ def test_every_agent_has_its_own_groups_of_k():
 
 def test_judge_prompt_shows_every_agents_latest_answer_and_programs_in_paper_prompts():
     wf = make(TEAM_3_1_1, 'task.prompts="paper"')
-    st = MathState(answers=(
-        Answer("7", False, code="print(7)", output="7"), Answer("6", True), None, Answer("", False), None,
-    ))
+    st = MathState(
+        answers=(
+            Answer("7", False, code="print(7)", output="7"),
+            Answer("6", True),
+            None,
+            Answer("", False),
+            None,
+        )
+    )
     problem = wf.problem_of(MUFFINS, "train")
     assert wf.prompt_text("judge", problem, st, 0) == (
         "You are the judge of a team of 1 tool agent, 3 reasoners and a judge solving a math problem. This is turn 1 of 4.\n"
@@ -75,7 +91,9 @@ def test_judge_prompt_shows_every_agents_latest_answer_and_programs_in_paper_pro
         "Reasoner 1's answer: 6\nReasoner 3's answer: (none)\n"
     )
     reasoner = wf.prompt_text("reasoner_2", problem, st, 1)
-    assert reasoner.startswith("You are reasoner 2 of a team of 1 tool agent, 3 reasoners and a judge solving a math problem. This is turn 2 of 4.")
+    assert reasoner.startswith(
+        "You are reasoner 2 of a team of 1 tool agent, 3 reasoners and a judge solving a math problem. This is turn 2 of 4."
+    )
     assert reasoner.endswith("the team is done when the answers of all 4 tool agents and reasoners agree.\n\n")
     compact = make(TEAM_3_1_1)
     assert compact.prompt_text("judge", problem, st, 0) == (
@@ -112,7 +130,9 @@ def test_default_team_prompts_are_unchanged():
 )
 def test_judge_rewards(reasoners, judge, team, local):
     wf = make("task.team={reasoner=2, judge=1}", "rollout.k=1", "task.turns=1")
-    result, _ = run_scripted(wf, lambda t, i: judge if kind(t) == "J:" else reasoners[len(reasoners_before(t))], seeds=(MUFFINS,))
+    result, _ = run_scripted(
+        wf, lambda t, i: judge if kind(t) == "J:" else reasoners[len(reasoners_before(t))], seeds=(MUFFINS,)
+    )
     (j,) = [s for s in result.samples if s.role == "judge"]
     assert (j.reward_team, j.reward_local, j.reward) == (team, local, team + local)
     assert result.envs[0].success == bool(team)
@@ -129,6 +149,7 @@ def reasoners_before(prompt: str) -> list[str]:
 
 def test_turns_go_on_while_the_agents_disagree_and_the_judge_acts_once_per_turn():
     wf = make("task.team={reasoner=2, tool=1, judge=1}", "rollout.k=2", "task.turns=3")
+
     # Turn 0: the reasoners disagree. Turn 1: they all answer 6.
     def answer(t, i):
         turn = t.count("Judge's answer")
@@ -137,6 +158,7 @@ def test_turns_go_on_while_the_agents_disagree_and_the_judge_acts_once_per_turn(
         if kind(t) == "J:":
             return "\\boxed{6}"
         return "\\boxed{6}" if turn or not reasoners_before(t) else "\\boxed{9}"
+
     result, eng = run_scripted(wf, answer, seeds=(MUFFINS,))
     turns = sorted({(s.key.turn, s.key.agent) for s in result.samples})
     assert turns == [(t, a) for t in (0, 1) for a in range(4)]  # two turns, each with one judge step
@@ -154,17 +176,29 @@ def test_without_a_judge_several_reasoners_are_done_when_all_agree():
 
 
 def test_a_policy_per_agent():
-    cfg = load_config(None, [
-        "task.task=math", "rollout.k=2", "task.turns=1", "rollout.max_new_tokens=64", TEAM_3_1_1, "policies={a={}, b={}}",
-        'role_policy={tool="a", reasoner="a", judge="a", reasoner_2="b"}',
-    ])
+    cfg = load_config(
+        None,
+        [
+            "task.task=math",
+            "rollout.k=2",
+            "task.turns=1",
+            "rollout.max_new_tokens=64",
+            TEAM_3_1_1,
+            "policies={a={}, b={}}",
+            'role_policy={tool="a", reasoner="a", judge="a", reasoner_2="b"}',
+        ],
+    )
     assert cfg.agent_policy() == {"tool": "a", "reasoner_1": "a", "reasoner_2": "b", "reasoner_3": "a", "judge": "a"}
     wf = MathWorkflow(cfg)
     a = ScriptedEngine(lambda t, i: TOOL_RIGHT if kind(t) == "T:" else "\\boxed{6}", "a")
     b = ScriptedEngine(lambda t, i: "\\boxed{6}", "b")
     unit = WorkUnit(0, 0, [MUFFINS], 0, "train", {"a": 0, "b": 0})
     try:
-        result = wf.run(unit, {"a": PolicyHandle(a, a.tokenizer), "b": PolicyHandle(b, b.tokenizer)}, SamplingParams(max_new_tokens=8))
+        result = wf.run(
+            unit,
+            {"a": PolicyHandle(a, a.tokenizer), "b": PolicyHandle(b, b.tokenizer)},
+            SamplingParams(max_new_tokens=8),
+        )
     finally:
         wf.close()
     assert {s.role for s in result.samples if s.policy == "b"} == {"reasoner_2"}

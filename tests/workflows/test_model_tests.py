@@ -12,15 +12,15 @@ import ast
 from collections.abc import Iterator
 
 import pytest
+from scripted import run_scripted
 
 from atgrpo.config import load_config
 from atgrpo.sandbox import Sandbox, function_program
 from atgrpo.workflows.code import CodeWorkflow
 from atgrpo.workflows.programs import checked_test, in_test_order, model_tests_program
-from tests.sandbox.conftest import assert_still_works, make as make_sandbox
+from tests.sandbox.conftest import assert_still_works
+from tests.sandbox.conftest import make as make_sandbox
 from tests.sandbox.test_adversarial import FORGE, FRAME_WALKS
-
-from scripted import run_scripted
 
 CHECKED = [
     "assert f(1) == 2",
@@ -80,7 +80,9 @@ def test_plain_shapes_are_checked_and_name_no_global_the_program_can_set() -> No
         assert text is not None, test
         # Every name the checker looks up is `__builtins__` (never installed from the program) or a
         # function of the program the test calls; literals such as inf and set() name nothing.
-        called = {n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        called = {
+            n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
         names = {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
         assert names <= {"__builtins__"} | (called - set(dir(__builtins__))), (test, text)
     for test in UNTRUSTED:
@@ -160,7 +162,9 @@ def test_a_program_that_shadows_builtins_cannot_pass_checked_tests(sandbox: Sand
         "assert len(f(1)) == 3",
     ]
     verdicts = [t.verdict for t in run_model_tests(sandbox, code, tests)]
-    assert verdicts == ["wrong_answer"] * 3 + ["runtime_error", "wrong_answer", "runtime_error"], verdicts  # -1 has no len
+    assert verdicts == ["wrong_answer"] * 3 + ["runtime_error", "wrong_answer", "runtime_error"], (
+        verdicts
+    )  # -1 has no len
 
 
 # -- the code workflow ------------------------------------------------------------------------------
@@ -189,12 +193,17 @@ TESTS = f"```python\nassert exec({FORGER!r}) or True\nassert sum_evens([1, 3]) =
 
 def test_a_hostile_tester_neither_ends_the_episode_nor_hides_mismatches() -> None:
     def workflow() -> CodeWorkflow:
-        return CodeWorkflow(load_config(None, ["task.task=code", "rollout.k=2", "task.sandbox_timeout_s=1.0", "task.turns=2"]))
+        return CodeWorkflow(
+            load_config(None, ["task.task=code", "rollout.k=2", "task.sandbox_timeout_s=1.0", "task.turns=2"])
+        )
 
     result, eng = run_scripted(workflow(), lambda t, i: TESTS if t.rstrip().endswith("T:") else HALF, (SUM_EVENS,))
     assert len(eng.calls) == 4  # never agree: 2 turns x 2 agents
     coder_turn2 = eng.calls[2][0][0]
-    assert "sum_evens([1, 3]) == 0  -> wrong_answer" in coder_turn2 and "sum_evens([2, 5]) == 2  -> wrong_answer" in coder_turn2
+    assert (
+        "sum_evens([1, 3]) == 0  -> wrong_answer" in coder_turn2
+        and "sum_evens([2, 5]) == 2  -> wrong_answer" in coder_turn2
+    )
     assert not result.envs[0].success
     # The same tests against a right program agree at once.
     result, eng = run_scripted(workflow(), lambda t, i: TESTS if t.rstrip().endswith("T:") else GOOD, (SUM_EVENS,))

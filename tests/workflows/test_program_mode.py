@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripted import ScriptedEngine
 
 from atgrpo.config import load_config
 from atgrpo.engines.base import SamplingParams
@@ -14,8 +15,6 @@ from atgrpo.envs import EnvPool
 from atgrpo.messages import WorkUnit
 from atgrpo.workflows.base import PolicyHandle
 from atgrpo.workflows.games import GameWorkflow
-
-from scripted import ScriptedEngine
 
 ENV = "task.env={width=6,height=6,obstacle_ratio=0.2,min_distance=3}"
 PROGRAMS = [
@@ -37,7 +36,9 @@ def test_tool_programs_are_run_parsed_and_shown(tmp_path: Path):
     eng = ScriptedEngine(answer)
     unit = WorkUnit(0, 0, [3], 0, "train", {"shared": 0})
     try:
-        result = wf.run(unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t")
+        result = wf.run(
+            unit, {"shared": PolicyHandle(eng, eng.tokenizer)}, SamplingParams(max_new_tokens=8), run_id="t"
+        )
     finally:
         wf.close()
     tool = sorted((s for s in result.samples if s.role == "tool"), key=lambda s: s.branch)

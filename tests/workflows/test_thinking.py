@@ -45,8 +45,9 @@ def test_the_workflow_renders_each_agent_with_its_policys_setting(tokenizer, tmp
     default = TreeWorkflow(load_config(None, base))
     assert load_config(None, base).policies["shared"].thinking is False  # the paper's runs: off
     assert "<think>\n\n</think>" in tokenizer.decode(default.encode(tokenizer, "go", "plan"))
-    two = TreeWorkflow(load_config(None, [*base, "role_policy={plan='a', tool='b'}", "policies.a.thinking=true",
-                                          "policies.b.lr=1e-4"]))
+    two = TreeWorkflow(
+        load_config(None, [*base, "role_policy={plan='a', tool='b'}", "policies.a.thinking=true", "policies.b.lr=1e-4"])
+    )
     assert "<think>" not in tokenizer.decode(two.encode(tokenizer, "go", "plan"))
     assert "<think>\n\n</think>" in tokenizer.decode(two.encode(tokenizer, "go", "tool"))
 

@@ -28,6 +28,7 @@ import torch
 
 from atgrpo.actor.engine_start import defer_engines, engine_start
 from atgrpo.config import RunConfig
+from atgrpo.config.lora import lora_bases
 from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
 from atgrpo.errors.runtime import ActorError, UnitLost
 from atgrpo.messages import (
@@ -45,15 +46,14 @@ from atgrpo.messages import (
     WorkRequest,
     WorkUnit,
 )
-from atgrpo.config.lora import lora_bases
 from atgrpo.paths import policy_dir
 from atgrpo.transport.endpoints import ActorClient
 from atgrpo.transport.errors import TransportTimeout
 from atgrpo.transport.security import require_keys
 from atgrpo.transport.weight_store import StoreReader
 from atgrpo.units import unit_seed
-from atgrpo.workflows.factory import make_workflow
 from atgrpo.workflows.base import PolicyHandle
+from atgrpo.workflows.factory import make_workflow
 
 log = logging.getLogger("atgrpo.actor")
 
@@ -71,7 +71,11 @@ ends, and a unit of quick calls costs no extra round trips."""
 
 def make_engine(cfg: RunConfig, policy: str, engines: int = 1) -> PolicyHandle:
     engine, tokenizer = open_engine(
-        policy_dir(cfg, policy), cfg.rollout, policy=policy, dtype=rollout_dtype(cfg), version=-1,
+        policy_dir(cfg, policy),
+        cfg.rollout,
+        policy=policy,
+        dtype=rollout_dtype(cfg),
+        version=-1,
         engines_per_process=engines,
     )
     return PolicyHandle(engine=engine, tokenizer=tokenizer)
@@ -101,8 +105,12 @@ class Actor:
         tp = cfg.transport
         require_keys(address, tp.curve_keys, tp.insecure, "actor")
         self.client = ActorClient(
-            address, self.actor_id, timeout_s=tp.request_timeout_s, max_message_bytes=tp.max_message_bytes,
-            curve_keys=tp.curve_keys, curve_actor=tp.curve_actor,
+            address,
+            self.actor_id,
+            timeout_s=tp.request_timeout_s,
+            max_message_bytes=tp.max_message_bytes,
+            curve_keys=tp.curve_keys,
+            curve_actor=tp.curve_actor,
         )
         self.workflow = make_workflow(cfg)
         self.policies = sorted(set(cfg.agent_policy().values()))
@@ -112,7 +120,9 @@ class Actor:
         self.units_lost = 0
         self.rejoins = 0
         self.sampling = training_sampling(cfg.rollout)
-        self.store = StoreReader(tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s) if tp.weights_store else None
+        self.store = (
+            StoreReader(tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s) if tp.weights_store else None
+        )
         """Weights read from the shared store, the hub as the fallback (`transport.weight_store`)."""
         self._told_hub = 0.0
         """When the hub last heard about the unit in hand (lease granted, batch or progress sent)."""
@@ -124,7 +134,9 @@ class Actor:
         return reply
 
     def _join(self, timeout_s: float | None = None) -> Welcome:
-        welcome = self.client.request(Hello(PROTOCOL_VERSION, self.actor_id, self.cfg.run.name, self.policies), timeout_s)
+        welcome = self.client.request(
+            Hello(PROTOCOL_VERSION, self.actor_id, self.cfg.run.name, self.policies), timeout_s
+        )
         if isinstance(welcome, Refused):
             raise ActorError(f"hub refused Hello: {welcome.reason}")
         if not isinstance(welcome, Welcome):
@@ -201,7 +213,12 @@ class Actor:
                 self._do_unit(reply)
             except UnitLost as exc:
                 self.units_lost += 1
-                log.warning("%s: dropped unit %d (%s); is transport.unit_timeout_s too short for it?", self.actor_id, reply.unit_id, exc)
+                log.warning(
+                    "%s: dropped unit %d (%s); is transport.unit_timeout_s too short for it?",
+                    self.actor_id,
+                    reply.unit_id,
+                    exc,
+                )
                 return 0
             return 1
 

@@ -50,7 +50,9 @@ def host_gpu(device: str, visible: str | None) -> str:
         return str(local)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     if local >= len(entries):
-        raise PlacementError(f"rollout.device = {device!r}, but CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)} GPUs")
+        raise PlacementError(
+            f"rollout.device = {device!r}, but CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)} GPUs"
+        )
     return entries[local]
 
 

@@ -38,8 +38,12 @@ SUITES = {
     "memory": "atgrpo.bench.memory",
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
-LONG = {"learning": "atgrpo.bench.learning", "gpu": "atgrpo.bench.gpu", "lora": "atgrpo.bench.lora",
-        "scale": "atgrpo.bench.scale"}
+LONG = {
+    "learning": "atgrpo.bench.learning",
+    "gpu": "atgrpo.bench.gpu",
+    "lora": "atgrpo.bench.lora",
+    "scale": "atgrpo.bench.scale",
+}
 """Suites that take many minutes, or need a GPU: run only when named."""
 NOT_RUN = 2
 """Exit status of a suite that cannot run on this machine (it prints why)."""
@@ -57,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench-results/)")
     parser.add_argument("--device", default="cuda", help="gpu suite: where to run the check (cuda, cuda:N or cpu)")
     parser.add_argument("--no-vllm", action="store_true", help="gpu suite: leave the vLLM engine out")
-    parser.add_argument("--launchers-only", action="store_true",
-                        help="e2e suite: only the Ray launcher against the local one (the modes left out)")
+    parser.add_argument(
+        "--launchers-only",
+        action="store_true",
+        help="e2e suite: only the Ray launcher against the local one (the modes left out)",
+    )
     args = parser.parse_args(argv)
 
     # One core, as the targets are stated: keep BLAS/torch thread pools from skewing the references.

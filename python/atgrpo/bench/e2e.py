@@ -57,8 +57,13 @@ BUSY = ("time/actor_generate_s", "time/actor_env_s", "time/actor_sync_s")
 
 def _overrides(out: Path, steps: int, quick: bool) -> list[str]:
     sets = [
-        f'run.out_dir="{out}"', f"run.steps={steps}", "run.eval_seeds=16", "run.eval_every=0",
-        "metrics.tensorboard=false", "run.checkpoint_every=0", f"warmstart.steps={10 if quick else 60}",
+        f'run.out_dir="{out}"',
+        f"run.steps={steps}",
+        "run.eval_seeds=16",
+        "run.eval_every=0",
+        "metrics.tensorboard=false",
+        "run.checkpoint_every=0",
+        f"warmstart.steps={10 if quick else 60}",
     ]
     if quick:
         sets += ["rollout.envs_per_step=8", "rollout.envs_per_unit=4"]
@@ -78,7 +83,8 @@ def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
     metrics = out / "metrics.jsonl"
     began = time.monotonic()
     first: float | None = None
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    log = open(out / "driver.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         while proc.poll() is None:
             if first is None and metrics.exists() and '"rollout/samples"' in metrics.read_text():
@@ -89,8 +95,10 @@ def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
     finally:
         if proc.poll() is None:
             proc.kill()
+    log.close()
     if proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
+        tail = (out / "driver.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"atgrpo-train exited with {proc.returncode}: {' '.join(cmd)}\n{tail}")
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "rollout/samples" in r]
     return rows, (first if first is not None else time.monotonic() - began) - rows[0]["time/step_s"]
@@ -133,12 +141,23 @@ def _placements() -> dict[str, list[str]]:
     return PLACEMENTS
 
 
-def _launchers(root: Path, steps: int, quick: bool, local: dict[str, float] | None = None,
-               local_startup: float = 0.0, models: Path | None = None) -> list[BenchRow]:
+def _launchers(
+    root: Path,
+    steps: int,
+    quick: bool,
+    local: dict[str, float] | None = None,
+    local_startup: float = 0.0,
+    models: Path | None = None,
+) -> list[BenchRow]:
     """The Ray launcher beside the local one: the default (streaming) mode on shared cores, the same
     warm-started model, a local Ray instance on this machine. Step time (Ray adds nothing per step:
     the data plane is the same ZeroMQ) and start-up time of each."""
     figures, startups = {}, {}
+    if models is None:  # the warm-started model both launchers copy, made first (its start-up is not theirs)
+        out = root / "launcher-model"
+        out.mkdir()
+        _system_run(out, [*_overrides(out, 1, quick), *MODES["streaming"]])
+        models = out / "models"
     for name, extra in LAUNCHERS.items():
         if name == "local" and local is not None:
             figures[name], startups[name] = local, local_startup
@@ -150,14 +169,28 @@ def _launchers(root: Path, steps: int, quick: bool, local: dict[str, float] | No
         sets = _overrides(out, steps, quick) + MODES["streaming"] + extra
         train_rows, startups[name] = _system_run(out, sets)
         figures[name] = _figures(train_rows, load_config(None, sets).launch.actors)
-        models = models or out / "models"
     local_fig, ray_fig = figures["local"], figures["ray"]
-    step = BenchRow("e2e", "Ray launcher, streaming, shared cores: step time", ray_fig["step_s"], "s",
-                    "local launcher, same run", local_fig["step_s"], higher_is_better=False, extra=ray_fig,
-                    target=f">= {RAY_STEP_TARGET}x")
+    step = BenchRow(
+        "e2e",
+        "Ray launcher, streaming, shared cores: step time",
+        ray_fig["step_s"],
+        "s",
+        "local launcher, same run",
+        local_fig["step_s"],
+        higher_is_better=False,
+        extra=ray_fig,
+        target=f">= {RAY_STEP_TARGET}x",
+    )
     step.target_met = step.ratio >= RAY_STEP_TARGET
-    start = BenchRow("e2e", "Ray launcher: start-up (to step 1, less the step)", startups["ray"], "s",
-                     "local launcher start-up", startups["local"], higher_is_better=False)
+    start = BenchRow(
+        "e2e",
+        "Ray launcher: start-up (to step 1, less the step)",
+        startups["ray"],
+        "s",
+        "local launcher start-up",
+        startups["local"],
+        higher_is_better=False,
+    )
     return [step, start]
 
 
@@ -187,8 +220,14 @@ def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
             base = figures[placement, "alternating"]
             target = TARGETS.get((placement, mode))
             row = BenchRow(
-                "e2e", f"{placement} cores, {mode}: step time", fig["step_s"], "s", f"{placement} cores, alternating",
-                base["step_s"], higher_is_better=False, extra=fig,
+                "e2e",
+                f"{placement} cores, {mode}: step time",
+                fig["step_s"],
+                "s",
+                f"{placement} cores, alternating",
+                base["step_s"],
+                higher_is_better=False,
+                extra=fig,
                 target=f">= {target}x" if target else "",
             )
             if target:
@@ -196,8 +235,14 @@ def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
             rows.append(row)
         for placement in {p for p, _ in figures}:
             fig = figures[placement, "pipelined k=1"]
-            busy = BenchRow("e2e", f"{placement} cores, pipelined k=1: actor busy fraction", fig["actor_busy"], "frac",
-                            "fully busy actor", 1.0)
+            busy = BenchRow(
+                "e2e",
+                f"{placement} cores, pipelined k=1: actor busy fraction",
+                fig["actor_busy"],
+                "frac",
+                "fully busy actor",
+                1.0,
+            )
             if placement == "split":
                 busy.target, busy.target_met = f">= {ACTOR_BUSY_TARGET}", fig["actor_busy"] >= ACTOR_BUSY_TARGET
             rows.append(busy)
@@ -205,8 +250,15 @@ def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
             return _launchers(root, steps, quick)
         rows += _launchers(root, steps, quick, figures["shared", "streaming"], startup["shared", "streaming"], models)
         ref = _in_process(reference_sets, steps)[1:] or [float("nan")]
-        rows.append(BenchRow(
-            "e2e", f"shared cores, alternating: step time (1 learner + {actors} actors)", reference_rows["step_s"], "s",
-            "same steps in one process", statistics.median(ref), higher_is_better=False,
-        ))
+        rows.append(
+            BenchRow(
+                "e2e",
+                f"shared cores, alternating: step time (1 learner + {actors} actors)",
+                reference_rows["step_s"],
+                "s",
+                "same steps in one process",
+                statistics.median(ref),
+                higher_is_better=False,
+            )
+        )
     return rows

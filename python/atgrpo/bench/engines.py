@@ -34,7 +34,9 @@ def _prompts(tokenizer, n: int) -> list[list[int]]:
     from atgrpo.workflows.prompts import encode_prompt
 
     topics = ["the sea", "a mountain", "bread", "a clock", "rain", "a library", "trains", "the moon"]
-    return [encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)]
+    return [
+        encode_prompt(tokenizer, f"Write a short story about {topics[i % 8]}, number {i}.", chat=True) for i in range(n)
+    ]
 
 
 def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> list[list[int]]:
@@ -47,11 +49,17 @@ def _hf_generate(model, prompts: list[list[int]], new_tokens: int, facts) -> lis
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=pad_id, eos_token_id=list(stops))
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=pad_id,
+            eos_token_id=list(stops),
+        )
     seqs = []
     for row in out[:, width:].tolist():
         stop_at = next((j for j, t in enumerate(row) if t in stops), None)
@@ -113,22 +121,40 @@ def run(quick: bool) -> list[BenchRow]:
         ref_s, ref_seqs = _timed(lambda: _hf_generate(hf, prompts, new_tokens, facts), repeats)
         ref_tokens = sum(map(len, ref_seqs))
         for name, engine in (("vllm", vllm_engine), ("torch", torch_engine)):
+
             def gen(engine=engine) -> list[list[int]]:
                 return [list(c.token_ids) for c in engine.generate(prompts, greedy)]
 
             secs, seqs = _timed(gen, repeats)
             tokens = sum(map(len, seqs))
             identical, prefix = token_identity(seqs, ref_seqs)
-            rows.append(BenchRow(
-                SUITE, f"{name} engine tokens/s, batch {batch}", tokens / secs, "tok/s",
-                "transformers generate", ref_tokens / ref_s,
-                extra={"tokens": tokens, "reference_tokens": ref_tokens, "identical_sequences": identical,
-                       "agreeing_prefix": prefix},
-            ))
-            rows.append(BenchRow(
-                SUITE, f"{name} engine greedy tokens identical to transformers, batch {batch}", identical,
-                "share of sequences", "all identical", 1.0, extra={"agreeing_prefix": prefix},
-            ))
+            rows.append(
+                BenchRow(
+                    SUITE,
+                    f"{name} engine tokens/s, batch {batch}",
+                    tokens / secs,
+                    "tok/s",
+                    "transformers generate",
+                    ref_tokens / ref_s,
+                    extra={
+                        "tokens": tokens,
+                        "reference_tokens": ref_tokens,
+                        "identical_sequences": identical,
+                        "agreeing_prefix": prefix,
+                    },
+                )
+            )
+            rows.append(
+                BenchRow(
+                    SUITE,
+                    f"{name} engine greedy tokens identical to transformers, batch {batch}",
+                    identical,
+                    "share of sequences",
+                    "all identical",
+                    1.0,
+                    extra={"agreeing_prefix": prefix},
+                )
+            )
     weights = {k: v.clone() for k, v in hf.state_dict().items()}
     for name, engine, start_s in (("vllm", vllm_engine, vllm_start_s), ("torch", torch_engine, torch_start_s)):
         reloads = []
@@ -136,10 +162,17 @@ def run(quick: bool) -> list[BenchRow]:
             t = time.perf_counter()
             engine.load_weights(v + 1, weights)
             reloads.append(time.perf_counter() - t)
-        rows.append(BenchRow(
-            SUITE, f"{name} engine weight reload", statistics.median(reloads[1:]), "s", "engine start", start_s,
-            higher_is_better=False,
-        ))
+        rows.append(
+            BenchRow(
+                SUITE,
+                f"{name} engine weight reload",
+                statistics.median(reloads[1:]),
+                "s",
+                "engine start",
+                start_s,
+                higher_is_better=False,
+            )
+        )
     rows += _mismatch_rows(hf, tok, facts, new_tokens, vllm_engine, torch_engine)
     return rows
 
@@ -154,9 +187,18 @@ def _mismatch_rows(hf, tok, facts, new_tokens: int, *engines) -> list[BenchRow]:
         outs = engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=TEMPERATURE), seed=0)
         learner = learner_logprobs(hf, prompts, outs, TEMPERATURE, facts.pad_token_id)
         mean, worst, tokens = logprob_mismatch([o.logprobs for o in outs], learner)
-        rows.append(BenchRow(
-            SUITE, f"{name} engine vs learner logprob mismatch", mean, "mean |Δ|", "bound", MISMATCH_BOUND,
-            higher_is_better=False, target="<= 1e-3", target_met=mean <= MISMATCH_BOUND,
-            extra={"max": worst, "tokens": tokens},
-        ))
+        rows.append(
+            BenchRow(
+                SUITE,
+                f"{name} engine vs learner logprob mismatch",
+                mean,
+                "mean |Δ|",
+                "bound",
+                MISMATCH_BOUND,
+                higher_is_better=False,
+                target="<= 1e-3",
+                target_met=mean <= MISMATCH_BOUND,
+                extra={"max": worst, "tokens": tokens},
+            )
+        )
     return rows

@@ -79,8 +79,18 @@ def _step_rows(quick: bool) -> list[BenchRow]:
             target, met = "", None
             if batch == 256 and task in ("planpath", "sokoban"):
                 target, met = ">= 1M steps/s", rust >= 1e6
-            rows.append(BenchRow(SUITE, f"{task} step, batch {batch}", rust, "steps/s", "python reference", ref,
-                                 target=target, target_met=met))
+            rows.append(
+                BenchRow(
+                    SUITE,
+                    f"{task} step, batch {batch}",
+                    rust,
+                    "steps/s",
+                    "python reference",
+                    ref,
+                    target=target,
+                    target_met=met,
+                )
+            )
     return rows
 
 
@@ -100,8 +110,11 @@ def _reset_rows(quick: bool) -> list[BenchRow]:
         for seed in range(n_ref):
             make_episode(task, cfg, seed)
         ref = n_ref / (time.perf_counter() - start)
-        rows.append(BenchRow(SUITE, f"{task} reset, batch {batch}", statistics.median(rates), "resets/s",
-                             "python reference", ref))
+        rows.append(
+            BenchRow(
+                SUITE, f"{task} reset, batch {batch}", statistics.median(rates), "resets/s", "python reference", ref
+            )
+        )
     return rows
 
 
@@ -125,16 +138,33 @@ def _fork_rows(quick: bool) -> list[BenchRow]:
                 pool.fork(0, dsts)
             rates.append(k * calls / (time.perf_counter() - start))
         rust = statistics.median(rates)
-        rows.append(BenchRow(SUITE, f"sokoban 6x6 fork, {k} branches per call", rust, "copies/s",
-                             "python deepcopy", ref, target=">= 1M copies/s", target_met=rust >= 1e6))
+        rows.append(
+            BenchRow(
+                SUITE,
+                f"sokoban 6x6 fork, {k} branches per call",
+                rust,
+                "copies/s",
+                "python deepcopy",
+                ref,
+                target=">= 1M copies/s",
+                target_met=rust >= 1e6,
+            )
+        )
     return rows
 
 
 def _generation_rows(quick: bool) -> list[BenchRow]:
     rows = []
     # min_pushes 8: reverse play alone gives a median of ~6 pushes here; ask for harder levels.
-    cfg = {"width": 10, "height": 10, "boxes": 3, "reverse_steps": 300, "min_pushes": 8, "max_pushes": 60,
-           "max_solver_states": 2_000_000}
+    cfg = {
+        "width": 10,
+        "height": 10,
+        "boxes": 3,
+        "reverse_steps": 300,
+        "min_pushes": 8,
+        "max_pushes": 60,
+        "max_solver_states": 2_000_000,
+    }
     n = 32 if quick else 256
     pool = EnvPool("sokoban", n, **cfg)
     start = time.perf_counter()
@@ -145,9 +175,19 @@ def _generation_rows(quick: bool) -> list[BenchRow]:
     for seed in range(n_ref):
         make_episode("sokoban", cfg, seed)
     ref_ms = (time.perf_counter() - start) / n_ref * 1e3
-    rows.append(BenchRow(SUITE, "sokoban 10x10/3 boxes generate+verify (mean)", rust_ms, "ms/level",
-                         "python reference", ref_ms, higher_is_better=False, target="< 5 ms",
-                         target_met=rust_ms < 5.0))
+    rows.append(
+        BenchRow(
+            SUITE,
+            "sokoban 10x10/3 boxes generate+verify (mean)",
+            rust_ms,
+            "ms/level",
+            "python reference",
+            ref_ms,
+            higher_is_better=False,
+            target="< 5 ms",
+            target_met=rust_ms < 5.0,
+        )
+    )
 
     n = 256 if quick else 2048
     pool = EnvPool("sudoku", n, size=9)
@@ -159,8 +199,18 @@ def _generation_rows(quick: bool) -> list[BenchRow]:
     for seed in range(n_ref):
         make_episode("sudoku", {"size": 9}, seed)
     ref_rate = n_ref / (time.perf_counter() - start)
-    rows.append(BenchRow(SUITE, "sudoku 9x9 unique-solution generation", rust_rate, "puzzles/s",
-                         "python reference", ref_rate, target=">= 2000/s", target_met=rust_rate >= 2000))
+    rows.append(
+        BenchRow(
+            SUITE,
+            "sudoku 9x9 unique-solution generation",
+            rust_rate,
+            "puzzles/s",
+            "python reference",
+            ref_rate,
+            target=">= 2000/s",
+            target_met=rust_rate >= 2000,
+        )
+    )
 
     times = []
     ids = np.arange(n)
@@ -174,8 +224,19 @@ def _generation_rows(quick: bool) -> list[BenchRow]:
     for _ in range(20):
         ref_env.state.solve()
     ref_us = (time.perf_counter() - start) / 20 * 1e6
-    rows.append(BenchRow(SUITE, "sudoku 9x9 solve via pool.solve (per puzzle)", rust_us, "us", "python reference",
-                         ref_us, higher_is_better=False, target="< 20 us", target_met=rust_us < 20))
+    rows.append(
+        BenchRow(
+            SUITE,
+            "sudoku 9x9 solve via pool.solve (per puzzle)",
+            rust_us,
+            "us",
+            "python reference",
+            ref_us,
+            higher_is_better=False,
+            target="< 20 us",
+            target_met=rust_us < 20,
+        )
+    )
     return rows
 
 

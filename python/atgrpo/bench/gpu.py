@@ -94,26 +94,50 @@ def _mismatch(engine, model, prompts, pad_id: int) -> tuple[float, float, list]:
     from atgrpo.learner.logprob_check import learner_logprobs, logprob_mismatch
 
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE), seed=0)
-    mean, worst, _ = logprob_mismatch([o.logprobs for o in outs], learner_logprobs(model, prompts, outs, TEMPERATURE, pad_id))
+    mean, worst, _ = logprob_mismatch(
+        [o.logprobs for o in outs], learner_logprobs(model, prompts, outs, TEMPERATURE, pad_id)
+    )
     return mean, worst, outs
 
 
 def _row(name: str, value: float, unit: str, *, bound: float | None = None, extra: dict | None = None) -> BenchRow:
     if bound is None:
         return BenchRow(SUITE, name, value, unit, "", float("nan"), extra=extra or {})
-    return BenchRow(SUITE, name, value, unit, "bound", bound, higher_is_better=False, target=f"<= {bound:g}",
-                    target_met=value <= bound, extra=extra or {})
+    return BenchRow(
+        SUITE,
+        name,
+        value,
+        unit,
+        "bound",
+        bound,
+        higher_is_better=False,
+        target=f"<= {bound:g}",
+        target_met=value <= bound,
+        extra=extra or {},
+    )
 
 
 def _two_ranks(folder: Path) -> BenchRow:
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "atgrpo.bench.gpu_ranks", str(folder)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "atgrpo.bench.gpu_ranks",
+        str(folder),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"two NCCL ranks failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return _row("two ranks over NCCL: one step, replicas equal", time.perf_counter() - start, "s",
-                extra={"output": done.stdout[-500:]})
+    return _row(
+        "two ranks over NCCL: one step, replicas equal",
+        time.perf_counter() - start,
+        "s",
+        extra={"output": done.stdout[-500:]},
+    )
 
 
 def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
@@ -123,8 +147,10 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
     from atgrpo.models.folder import load_model
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise BenchNotRunError(f"no CUDA device visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
-                     f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); run with --device cpu to check the code path")
+        raise BenchNotRunError(
+            f"no CUDA device visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); run with --device cpu to check the code path"
+        )
     dev = resolve_device(device, setting="--device")
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -134,11 +160,25 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
         model = load_model(folder, device=str(dev)).eval()
         prompts = _prompts(tok, n)
         mean, worst, outs = _mismatch(engine, model, prompts, tok.pad_token_id)
-        rows.append(_row(f"torch engine vs learner mismatch ({name}, {dev})", mean, "mean |Δ|", bound=MISMATCH_BOUND,
-                         extra={"max": worst}))
+        rows.append(
+            _row(
+                f"torch engine vs learner mismatch ({name}, {dev})",
+                mean,
+                "mean |Δ|",
+                bound=MISMATCH_BOUND,
+                extra={"max": worst},
+            )
+        )
         metrics = _learner_step(folder, dev, prompts, outs, tok.pad_token_id)
-        rows.append(_row(f"learner step vs engine mismatch, torch backend ({name}, {dev})", metrics["logprob_mismatch"],
-                         "mean |Δ|", bound=MISMATCH_BOUND, extra=metrics))
+        rows.append(
+            _row(
+                f"learner step vs engine mismatch, torch backend ({name}, {dev})",
+                metrics["logprob_mismatch"],
+                "mean |Δ|",
+                bound=MISMATCH_BOUND,
+                extra=metrics,
+            )
+        )
         rows.append(_row("peak GPU memory, rollout + learner step", _peak_gb(dev), "GB"))
         from atgrpo.bench import gpu_scale
 
@@ -162,8 +202,16 @@ def _vllm_rows(folder: Path, device: str, name: str, quick: bool) -> list[BenchR
         torch.cuda.empty_cache()  # what this process cached is free memory for the child's vLLM
     with tempfile.TemporaryDirectory() as scratch:
         result = Path(scratch) / "vllm.json"
-        cmd = [sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(folder), str(result), "--device", device,
-               *(["--quick"] if quick else [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "atgrpo.bench.gpu_vllm",
+            str(folder),
+            str(result),
+            "--device",
+            device,
+            *(["--quick"] if quick else []),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         print(done.stdout, end="")
         if done.returncode != 0:
@@ -172,17 +220,41 @@ def _vllm_rows(folder: Path, device: str, name: str, quick: bool) -> list[BenchR
             return []
         got = json.loads(result.read_text())
     rows = [
-        _row(f"vLLM model runner: {got['runner']} ({name}, {device})", got["start_s"], "s to start", extra={"checks": CHECKS["runner"]}),
-        _row(f"vLLM engine vs learner mismatch ({name}, {device})", got["mismatch"]["mean"], "mean |Δ|", bound=MISMATCH_BOUND,
-             extra={**got["mismatch"], "checks": CHECKS["mismatch"]}),
-        _row(f"vLLM reload of published weights: {got['reload']['changed']}/{got['reload']['prompts']} greedy outputs changed",
-             got["reload"]["seconds"], "s", extra={**got["reload"], "checks": CHECKS["reload"]}),
-        _row(f"vLLM reload of the original weights: {got['restored']['same']}/{got['restored']['prompts']} outputs as before",
-             float(got["restored"]["same"]), "prompts", extra={**got["restored"], "checks": CHECKS["restored"]}),
+        _row(
+            f"vLLM model runner: {got['runner']} ({name}, {device})",
+            got["start_s"],
+            "s to start",
+            extra={"checks": CHECKS["runner"]},
+        ),
+        _row(
+            f"vLLM engine vs learner mismatch ({name}, {device})",
+            got["mismatch"]["mean"],
+            "mean |Δ|",
+            bound=MISMATCH_BOUND,
+            extra={**got["mismatch"], "checks": CHECKS["mismatch"]},
+        ),
+        _row(
+            f"vLLM reload of published weights: {got['reload']['changed']}/{got['reload']['prompts']} greedy outputs changed",
+            got["reload"]["seconds"],
+            "s",
+            extra={**got["reload"], "checks": CHECKS["reload"]},
+        ),
+        _row(
+            f"vLLM reload of the original weights: {got['restored']['same']}/{got['restored']['prompts']} outputs as before",
+            float(got["restored"]["same"]),
+            "prompts",
+            extra={**got["restored"], "checks": CHECKS["restored"]},
+        ),
     ]
     if "sleep" in got:
-        rows.append(_row(f"vLLM sleep + wake: {got['sleep']['same']}/{got['sleep']['prompts']} outputs as before",
-                         got["sleep"]["freed_gb"], "GB freed", extra={**got["sleep"], "checks": CHECKS["sleep"]}))
+        rows.append(
+            _row(
+                f"vLLM sleep + wake: {got['sleep']['same']}/{got['sleep']['prompts']} outputs as before",
+                got["sleep"]["freed_gb"],
+                "GB freed",
+                extra={**got["sleep"], "checks": CHECKS["sleep"]},
+            )
+        )
     print("\nwhat each vLLM line checks:")
     for key in ("runner", "mismatch", "reload", "restored", *(["sleep"] if "sleep" in got else [])):
         print(f"  {key}: {CHECKS[key]}")

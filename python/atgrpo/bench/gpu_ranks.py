@@ -48,11 +48,15 @@ def main() -> int:
         plans = [RankPlan({"check": [OptimizerStep(share, total)]}) for share in mbs]
     plan = scatter_plans(plans, env.rank, env.world_size)
     metrics = backend.train_step(plan.steps["check"][0].micro_batches, plan.steps["check"][0].total_tokens)
-    mine = torch.tensor([weights_checksum(backend.export_weights())], dtype=torch.int64, device=collective_device(device))
+    mine = torch.tensor(
+        [weights_checksum(backend.export_weights())], dtype=torch.int64, device=collective_device(device)
+    )
     every = [torch.zeros_like(mine) for _ in range(env.world_size)]
     dist.all_gather(every, mine)
     sums = [int(t.item()) for t in every]
-    print(f"rank {env.rank} on {device}: loss {metrics['loss']:.5f}, grad_norm {metrics['grad_norm']:.5f}, checksums {sums}")
+    print(
+        f"rank {env.rank} on {device}: loss {metrics['loss']:.5f}, grad_norm {metrics['grad_norm']:.5f}, checksums {sums}"
+    )
     dist.destroy_process_group()
     return 0 if len(set(sums)) == 1 else 1
 

@@ -63,8 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     from atgrpo.workflows.prompts import encode_prompt
 
     on_gpu = args.device.startswith("cuda")
-    ro = RolloutSection(engine="vllm", device=args.device, vllm_gpu_memory_utilization=UTILIZATION,
-                        vllm_sleep_when_idle=on_gpu, vllm_cpu_kv_cache_gb=0.5, max_prompt_tokens=512, max_new_tokens=NEW_TOKENS)
+    ro = RolloutSection(
+        engine="vllm",
+        device=args.device,
+        vllm_gpu_memory_utilization=UTILIZATION,
+        vllm_sleep_when_idle=on_gpu,
+        vllm_cpu_kv_cache_gb=0.5,
+        max_prompt_tokens=512,
+        max_new_tokens=NEW_TOKENS,
+    )
     start = time.perf_counter()
     try:
         engine, tok = open_engine(args.folder, ro, policy="check")
@@ -78,23 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     sampled = engine.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE), seed=0)
-    mean, worst, tokens = logprob_mismatch([o.logprobs for o in sampled],
-                                           learner_logprobs(model, prompts, sampled, TEMPERATURE, pad))
+    mean, worst, tokens = logprob_mismatch(
+        [o.logprobs for o in sampled], learner_logprobs(model, prompts, sampled, TEMPERATURE, pad)
+    )
     out["mismatch"] = {"mean": mean, "max": worst, "tokens": tokens}
 
     greedy = SamplingParams(max_new_tokens=NEW_TOKENS, greedy=True)
     before = [o.token_ids for o in engine.generate(prompts, greedy)]
     original = without_aliases(model, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
     gen = torch.Generator().manual_seed(0)
-    moved = {k: v + 0.02 * torch.randn(v.shape, generator=gen, dtype=v.dtype) if v.is_floating_point() else v
-             for k, v in original.items()}
+    moved = {
+        k: v + 0.02 * torch.randn(v.shape, generator=gen, dtype=v.dtype) if v.is_floating_point() else v
+        for k, v in original.items()
+    }
     t = time.perf_counter()
     engine.load_weights(1, moved)
     reload_s = time.perf_counter() - t
     changed = sum(a != o.token_ids for a, o in zip(before, engine.generate(prompts, greedy)))
     out["reload"] = {"seconds": reload_s, "changed": changed, "prompts": n, "tensors": len(moved)}
     engine.load_weights(2, original)
-    out["restored"] = {"same": sum(a == o.token_ids for a, o in zip(before, engine.generate(prompts, greedy))), "prompts": n}
+    out["restored"] = {
+        "same": sum(a == o.token_ids for a, o in zip(before, engine.generate(prompts, greedy))),
+        "prompts": n,
+    }
 
     if on_gpu:
         torch.cuda.synchronize()

@@ -93,43 +93,116 @@ class Suite:
 
 
 SA = ('task.roles=["plan"]',)
-SUITES = {s.name: s for s in (
-    Suite("ordering", (
-        Arm("sa_grpo", (*SA, 'rollout.sampling="parallel"', 'rollout.grouping="trajectory"'),
-            doc="one role (plan), K parallel episodes, trajectory groups: single agent + GRPO"),
-        Arm("sa_atgrpo", SA, doc="one role (plan), tree sampling, (env, agent, turn) groups"),
-        Arm("mas_prompt", ("run.steps=0",), doc="tool + plan, the warm-started model evaluated with no RL"),
-        Arm("mas_trajectory", (), "train_trajectory.toml", doc="tool + plan, parallel sampling, trajectory groups",
-            shared="trajectory"),
-        Arm("mas_atgrpo", (), doc="tool + plan, the default: tree sampling, (env, agent, turn) groups", shared="default"),
-        Arm("mas_atgrpo_roles", ('role_policy={tool="tool",plan="plan"}',), policies=("tool", "plan"),
-            doc="tool + plan, one policy per role (each warm-started on its own role's demos), AT-GRPO"),
-    ), reference="mas_atgrpo", doc="the paper's ordering on the default demo"),
-    Suite("grouping", (
-        Arm("trajectory", (), "train_trajectory.toml", doc="one group per env, K parallel episodes", shared="trajectory"),
-        Arm("agent", ('rollout.grouping="agent"',), doc="key (env, agent): all turns of one agent, tree sampling"),
-        Arm("turn", ('rollout.grouping="turn"',), doc="key (env, turn): all agents of one turn, tree sampling"),
-        Arm("agent_turn", (), doc="key (env, agent, turn): AT-GRPO, the default", shared="default"),
-    ), reference="agent_turn", doc="the paper's grouping ablation on the default demo"),
-    Suite("alpha", tuple(
-        Arm(f"alpha{a:g}".replace(".", "_"), () if a == 1.0 else (f"task.env.alpha={a}",),
-            doc=f"reward = {a:g} * team + local", shared="default" if a == 1.0 else None)
-        for a in (0.0, 0.5, 1.0)
-    ), reference="alpha1", doc="the mix of team and local reward (task.env.alpha) on the default demo"),
-    Suite("smollm2", (
-        Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),
-        Arm("smollm2_lora", (), "train_smollm2_lora.toml", policies=("tool", "plan"),
-            doc="the same task and time limit, one LoRA adapter per role on one frozen SmolLM2 base (docs/lora.md)"),
-    ), reference="smollm2", seeds=(0, 1), steps=None, model_seed=False,
-        doc="the real-model recipe: full fine-tuning against a LoRA adapter per role"),
-    Suite("staleness", (
-        Arm("k0", ("train.max_staleness=0",), doc="strict on-policy streaming"),
-        Arm("k1", ("train.max_staleness=1",), doc="pipelined, samples up to one version old"),
-    ), reference="k0", seeds=(0,), steps=None, doc="k=1 against k=0 at equal wall time (10 minutes of RL each)",
-        # A time budget has no step horizon for the default's lr decay: the constant lr its table was made with.
-        sets=("run.steps=100000", "run.time_limit_s=600", "run.checkpoint_every=0", "policies.shared.lr=1e-4",
-              'policies.shared.lr_schedule="constant"')),
-)}
+SUITES = {
+    s.name: s
+    for s in (
+        Suite(
+            "ordering",
+            (
+                Arm(
+                    "sa_grpo",
+                    (*SA, 'rollout.sampling="parallel"', 'rollout.grouping="trajectory"'),
+                    doc="one role (plan), K parallel episodes, trajectory groups: single agent + GRPO",
+                ),
+                Arm("sa_atgrpo", SA, doc="one role (plan), tree sampling, (env, agent, turn) groups"),
+                Arm("mas_prompt", ("run.steps=0",), doc="tool + plan, the warm-started model evaluated with no RL"),
+                Arm(
+                    "mas_trajectory",
+                    (),
+                    "train_trajectory.toml",
+                    doc="tool + plan, parallel sampling, trajectory groups",
+                    shared="trajectory",
+                ),
+                Arm(
+                    "mas_atgrpo",
+                    (),
+                    doc="tool + plan, the default: tree sampling, (env, agent, turn) groups",
+                    shared="default",
+                ),
+                Arm(
+                    "mas_atgrpo_roles",
+                    ('role_policy={tool="tool",plan="plan"}',),
+                    policies=("tool", "plan"),
+                    doc="tool + plan, one policy per role (each warm-started on its own role's demos), AT-GRPO",
+                ),
+            ),
+            reference="mas_atgrpo",
+            doc="the paper's ordering on the default demo",
+        ),
+        Suite(
+            "grouping",
+            (
+                Arm(
+                    "trajectory",
+                    (),
+                    "train_trajectory.toml",
+                    doc="one group per env, K parallel episodes",
+                    shared="trajectory",
+                ),
+                Arm(
+                    "agent",
+                    ('rollout.grouping="agent"',),
+                    doc="key (env, agent): all turns of one agent, tree sampling",
+                ),
+                Arm("turn", ('rollout.grouping="turn"',), doc="key (env, turn): all agents of one turn, tree sampling"),
+                Arm("agent_turn", (), doc="key (env, agent, turn): AT-GRPO, the default", shared="default"),
+            ),
+            reference="agent_turn",
+            doc="the paper's grouping ablation on the default demo",
+        ),
+        Suite(
+            "alpha",
+            tuple(
+                Arm(
+                    f"alpha{a:g}".replace(".", "_"),
+                    () if a == 1.0 else (f"task.env.alpha={a}",),
+                    doc=f"reward = {a:g} * team + local",
+                    shared="default" if a == 1.0 else None,
+                )
+                for a in (0.0, 0.5, 1.0)
+            ),
+            reference="alpha1",
+            doc="the mix of team and local reward (task.env.alpha) on the default demo",
+        ),
+        Suite(
+            "smollm2",
+            (
+                Arm("smollm2", (), "train_smollm2.toml", doc="SmolLM2-135M, 4x4 Plan-Path, its own time limit"),
+                Arm(
+                    "smollm2_lora",
+                    (),
+                    "train_smollm2_lora.toml",
+                    policies=("tool", "plan"),
+                    doc="the same task and time limit, one LoRA adapter per role on one frozen SmolLM2 base (docs/lora.md)",
+                ),
+            ),
+            reference="smollm2",
+            seeds=(0, 1),
+            steps=None,
+            model_seed=False,
+            doc="the real-model recipe: full fine-tuning against a LoRA adapter per role",
+        ),
+        Suite(
+            "staleness",
+            (
+                Arm("k0", ("train.max_staleness=0",), doc="strict on-policy streaming"),
+                Arm("k1", ("train.max_staleness=1",), doc="pipelined, samples up to one version old"),
+            ),
+            reference="k0",
+            seeds=(0,),
+            steps=None,
+            doc="k=1 against k=0 at equal wall time (10 minutes of RL each)",
+            # A time budget has no step horizon for the default's lr decay: the constant lr its table was made with.
+            sets=(
+                "run.steps=100000",
+                "run.time_limit_s=600",
+                "run.checkpoint_every=0",
+                "policies.shared.lr=1e-4",
+                'policies.shared.lr_schedule="constant"',
+            ),
+        ),
+    )
+}
 
 
 @dataclass
@@ -169,13 +242,27 @@ def machine() -> dict:
     """The CPU model, the cores this process may use, and the source tree's commit (None outside git)."""
     cpu = None
     try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), None)
+        cpu = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            None,
+        )
     except OSError:
         pass
     try:
-        commit = subprocess.run(["git", "-C", str(CONFIGS), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=False).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(CONFIGS), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "commit": commit}
@@ -197,7 +284,9 @@ def variant(suite: Suite, steps: int | None, extra: list[str] | None) -> str:
     return "-" + _digest([f"steps={steps if steps is not None else suite.steps}", *(extra or [])])
 
 
-def run_dir(out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = None, extra: list[str] | None = None) -> Path:
+def run_dir(
+    out: Path, suite: Suite, arm: Arm, seed: int, steps: int | None = None, extra: list[str] | None = None
+) -> Path:
     """Where one run writes: its own folder (with the variant's digest under `--steps`/`--set`),
     or for a shared arm the folder of its key and of a digest of its whole command (config file and
     overrides but the out_dir), so only identical runs are shared, whatever `--steps` or `--set` said."""
@@ -279,8 +368,9 @@ def read_run(out_dir: Path) -> RunResult:
     meta = {k: meta.get(k) for k in keep}
     config = out_dir / "config.toml"
     meta["config_digest"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16] if config.is_file() else None
-    return RunResult(float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve,
-                     meta)
+    return RunResult(
+        float(summary["eval_start"]), float(summary["eval_end"]), int(summary["steps"]), float(wall_s), curve, meta
+    )
 
 
 CPU_ISA_PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -315,7 +405,9 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
     try:
         then = load_config(made)
     except ValueError as exc:  # not TOML, not UTF-8, or not a valid config
-        raise LearningSuiteError(f"{made} cannot be read as a run config ({exc}); move {folder} away to run it again") from exc
+        raise LearningSuiteError(
+            f"{made} cannot be read as a run config ({exc}); move {folder} away to run it again"
+        ) from exc
     changed = [k for k in config_changes(then, today) if k != "run.out_dir"]
     wall = folder / "wall.json"
     made_with = json.loads(wall.read_text()).get("prompts_digest") if wall.is_file() else None
@@ -337,20 +429,35 @@ def run_one(cmd: list[str], out_dir: Path, timeout_s: float, session: str = "") 
     if done.returncode != 0 or not (out_dir / "eval.json").exists():
         raise LearningSuiteError(f"run in {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}")
     isa = {k: env[k] for k in CPU_ISA_PIN}
-    wall = {"wall_s": time.monotonic() - t0, "cpu_isa": isa, "session": session, "prompts_digest": prompts_digest(),
-            **machine()}
+    wall = {
+        "wall_s": time.monotonic() - t0,
+        "cpu_isa": isa,
+        "session": session,
+        "prompts_digest": prompts_digest(),
+        **machine(),
+    }
     (out_dir / "wall.json").write_text(json.dumps(wall))
 
 
-def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None = None, steps: int | None = None,
-              only: tuple[str, ...] = (), extra: list[str] | None = None, timeout_s: float = 4 * 3600,
-              run_missing: bool = True) -> dict:
+def run_suite(
+    suite: Suite,
+    *,
+    out: Path = ROOT,
+    seeds: tuple[int, ...] | None = None,
+    steps: int | None = None,
+    only: tuple[str, ...] = (),
+    extra: list[str] | None = None,
+    timeout_s: float = 4 * 3600,
+    run_missing: bool = True,
+) -> dict:
     """Run (or read back) every arm x seed of `suite`, one at a time, then write and return the report.
     `run_missing=False` (`--no-run`): table the finished runs only, start none; the report lists
     the runs it lacks under `missing`."""
     unknown = set(only) - {a.name for a in suite.arms}
     if unknown:
-        raise LearningSuiteError(f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}")
+        raise LearningSuiteError(
+            f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}"
+        )
     arms = [a for a in suite.arms if not only or a.name in only]
     results: dict[str, dict[int, RunResult]] = {}
     missing: list[str] = []
@@ -370,12 +477,23 @@ def run_suite(suite: Suite, *, out: Path = ROOT, seeds: tuple[int, ...] | None =
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
             results.setdefault(arm.name, {})[seed] = read_run(folder)
     if not results:
-        raise LearningSuiteError(f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})")
+        raise LearningSuiteError(
+            f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})"
+        )
     where = report_dir(out, suite, steps, extra)
     variant_sets = variant_overrides(suite, steps, extra)
-    summary = report(suite.name, suite.reference, results, where, missing, overrides=variant_sets,
-                     command=" ".join(["atgrpo-bench learning", suite.name, *variant_sets]))
-    plot_suite({a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, where / "curves.png", suite.name)
+    summary = report(
+        suite.name,
+        suite.reference,
+        results,
+        where,
+        missing,
+        overrides=variant_sets,
+        command=" ".join(["atgrpo-bench learning", suite.name, *variant_sets]),
+    )
+    plot_suite(
+        {a: {s: r.curve for s, r in runs.items()} for a, runs in results.items()}, where / "curves.png", suite.name
+    )
     return summary
 
 
@@ -388,7 +506,9 @@ def report_main(argv: list[str]) -> int:
     parser.add_argument("names", nargs="*", help=f"stored tables (names under {STORED}, or .json files; default: all)")
     parser.add_argument("--out", type=Path, default=None, help="also write each table (and its curves) here")
     args = parser.parse_args(argv)
-    files = [Path(n) if n.endswith(".json") else STORED / f"{n}.json" for n in args.names] or sorted(STORED.glob("*.json"))
+    files = [Path(n) if n.endswith(".json") else STORED / f"{n}.json" for n in args.names] or sorted(
+        STORED.glob("*.json")
+    )
     for file in files:
         if not file.is_file():
             known = ", ".join(p.stem for p in sorted(STORED.glob("*.json")))
@@ -418,12 +538,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench learning", description=__doc__.split("\n")[0])
-    parser.add_argument("suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)")
+    parser.add_argument(
+        "suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)"
+    )
     parser.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default: the suite's)")
     parser.add_argument("--steps", type=int, default=None, help="RL steps of every arm (default: the suite's)")
-    parser.add_argument("--only", type=lambda t: tuple(x for x in t.split(",") if x), default=(), help="comma-separated arms")
+    parser.add_argument(
+        "--only", type=lambda t: tuple(x for x in t.split(",") if x), default=(), help="comma-separated arms"
+    )
     parser.add_argument("--out", type=Path, default=ROOT, help=f"results root (default {ROOT})")
-    parser.add_argument("--set", dest="sets", action="append", default=[], help="an override for every run (repeatable)")
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], help="an override for every run (repeatable)"
+    )
     parser.add_argument("--print-commands", action="store_true", help="print each run's command and exit")
     parser.add_argument("--no-run", action="store_true", help="table the finished runs only; start none")
     args = parser.parse_args(argv)
@@ -439,13 +565,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(shlex.join(command(suite, arm, seed, folder, args.steps, args.sets)))
         return 0
     try:
-        summary = run_suite(suite, out=args.out, seeds=args.seeds, steps=args.steps, only=args.only, extra=args.sets,
-                            run_missing=not args.no_run)
+        summary = run_suite(
+            suite,
+            out=args.out,
+            seeds=args.seeds,
+            steps=args.steps,
+            only=args.only,
+            extra=args.sets,
+            run_missing=not args.no_run,
+        )
     except LearningSuiteError as exc:
         print(f"atgrpo-bench learning: {exc}", file=sys.stderr)
         return 1
     print(summary["table"])
-    print(f"\nwrote {report_dir(args.out, suite, args.steps, args.sets)}/results.json, summary.json, table.md, curves.png")
+    print(
+        f"\nwrote {report_dir(args.out, suite, args.steps, args.sets)}/results.json, summary.json, table.md, curves.png"
+    )
     return 0
 
 

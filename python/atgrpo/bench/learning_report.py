@@ -67,17 +67,30 @@ def stored(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         for seed, r in sorted(runs.items()):
             meta = getattr(r, "meta", {}) or {}
             stored_runs[seed] = StoredRun(
-                start=r.start, final=r.end, steps=r.steps, late=late_mean(r.curve), curve=[tuple(p) for p in r.curve],
-                rl_min=_rl_minutes(r), wall_s=r.wall_s, **{k: meta.get(k) for k in (
-                    "cpu", "cores", "commit", "config_digest", "prompts_digest", "session")},
+                start=r.start,
+                final=r.end,
+                steps=r.steps,
+                late=late_mean(r.curve),
+                curve=[tuple(p) for p in r.curve],
+                rl_min=_rl_minutes(r),
+                wall_s=r.wall_s,
+                **{k: meta.get(k) for k in ("cpu", "cores", "commit", "config_digest", "prompts_digest", "session")},
             )
         arms[arm] = StoredArm(stored_runs)
-    return StoredTable(name=suite, suite=suite, reference=reference, command=command,
-                       source=f"written by `{command}`", arms=arms)
+    return StoredTable(
+        name=suite, suite=suite, reference=reference, command=command, source=f"written by `{command}`", arms=arms
+    )
 
 
-def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLike]], folder: Path,
-           missing: list[str] | None = None, overrides: list[str] | None = None, command: str = "") -> dict:
+def report(
+    suite: str,
+    reference: str,
+    results: Mapping[str, Mapping[int, RunLike]],
+    folder: Path,
+    missing: list[str] | None = None,
+    overrides: list[str] | None = None,
+    command: str = "",
+) -> dict:
     """Write `folder/table.md` and `folder/summary.json`; return the summary (with the table text).
     `missing`: runs of the suite not finished yet ("arm seed s"), said under the table.
     `overrides`: a variant's settings (`--steps`, `--set`), said under the title so that its table
@@ -93,10 +106,24 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
         steps = summarize([float(runs[s].steps) for s in seeds])
         late = summarize([lates[arm][s] for s in seeds])
         arms[arm] = {
-            "seeds": seeds, "final": _stats_json(final), "gain": _stats_json(gain), "wall_min": _stats_json(wall),
-            "rl_min": _stats_json(rl), "steps": _stats_json(steps), "late": _stats_json(late),
-            "per_seed": {s: {"start": runs[s].start, "final": runs[s].end, "gain": runs[s].gain, "steps": runs[s].steps,
-                             "wall_s": runs[s].wall_s, "late": lates[arm][s]} for s in seeds},
+            "seeds": seeds,
+            "final": _stats_json(final),
+            "gain": _stats_json(gain),
+            "wall_min": _stats_json(wall),
+            "rl_min": _stats_json(rl),
+            "steps": _stats_json(steps),
+            "late": _stats_json(late),
+            "per_seed": {
+                s: {
+                    "start": runs[s].start,
+                    "final": runs[s].end,
+                    "gain": runs[s].gain,
+                    "steps": runs[s].steps,
+                    "wall_s": runs[s].wall_s,
+                    "late": lates[arm][s],
+                }
+                for s in seeds
+            },
         }
     comparisons: dict[str, dict] = {}
     if reference in results and len(results) > 1:
@@ -108,8 +135,16 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
             pg = paired({s: r.gain for s, r in runs.items()}, {s: r.gain for s, r in ref.items()})
             pl = paired(lates[arm], lates[reference])
             comparisons[arm] = {
-                name: None if p is None else {"seeds": list(p.seeds), "diffs": list(p.diffs), "mean": p.mean, "sd": p.sd,
-                                              "separated": p.separated, "verdict": verdict(p)}
+                name: None
+                if p is None
+                else {
+                    "seeds": list(p.seeds),
+                    "diffs": list(p.diffs),
+                    "mean": p.mean,
+                    "sd": p.sd,
+                    "separated": p.separated,
+                    "verdict": verdict(p),
+                }
                 for name, p in (("final", pf), ("gain", pg), ("late", pl))
             }
     fastest, t, at = equal_wall_time(results)
@@ -121,9 +156,17 @@ def report(suite: str, reference: str, results: Mapping[str, Mapping[int, RunLik
     if missing:
         lines += ["", f"Not run yet ({len(missing)}): " + ", ".join(missing) + "."]
     table = "\n".join(lines) + "\n"
-    summary = {"suite": suite, "reference": reference, "arms": arms, "paired": comparisons, "separation_z": SEPARATION_Z,
-               "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at}, "missing": list(missing or []),
-               "overrides": list(overrides or []), "table": table}
+    summary = {
+        "suite": suite,
+        "reference": reference,
+        "arms": arms,
+        "paired": comparisons,
+        "separation_z": SEPARATION_Z,
+        "equal_wall_time": {"fastest": fastest, "minutes": t, "success": at},
+        "missing": list(missing or []),
+        "overrides": list(overrides or []),
+        "table": table,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     dump(data, folder / "results.json")
     (folder / "table.md").write_text(table)

@@ -112,6 +112,15 @@ def verdict(p: Paired | None) -> str:
 
 
 __all__ = [
-    "LATE_EVALS", "SEPARATION_Z", "Paired", "Summary", "late_mean", "mean_sd", "paired", "pct", "summarize", "value_at",
+    "LATE_EVALS",
+    "SEPARATION_Z",
+    "Paired",
+    "Summary",
+    "late_mean",
+    "mean_sd",
+    "paired",
+    "pct",
+    "summarize",
+    "value_at",
     "verdict",
 ]

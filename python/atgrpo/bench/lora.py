@@ -52,8 +52,14 @@ def _peak_mb() -> float:
 def _config(model: Path, out: Path, lora: bool):
     from atgrpo.config import load_config
 
-    sets = [f"run.out_dir='{out}'", "warmstart.steps=0", "role_policy={plan='plan', tool='tool'}",
-            f"policies.plan.path='{model}'", f"policies.tool.path='{model}'", "rollout.max_prompt_tokens=256"]
+    sets = [
+        f"run.out_dir='{out}'",
+        "warmstart.steps=0",
+        "role_policy={plan='plan', tool='tool'}",
+        f"policies.plan.path='{model}'",
+        f"policies.tool.path='{model}'",
+        "rollout.max_prompt_tokens=256",
+    ]
     if lora:
         sets += [f"policies.plan.lora={{r={R}, alpha={2 * R}.0}}", f"policies.tool.lora={{r={R}, alpha={2 * R}.0}}"]
     return load_config(None, sets)
@@ -151,18 +157,32 @@ def _rollout_arm(model: Path, engine: str, repeats: int) -> dict:
     workflow, ro = make_workflow(cfg), cfg.rollout
     times, generate, cpu, tokens = [], [], [], 0
     for step in range(repeats + 1):  # step 0 warms up (first-call compilation, caches)
-        units = cut_units(0, step, step_seeds(ro.envs_per_step, step), ro.envs_per_unit, split="train",
-                          versions={p: 0 for p in policies}, greedy=False)
+        units = cut_units(
+            0,
+            step,
+            step_seeds(ro.envs_per_step, step),
+            ro.envs_per_unit,
+            split="train",
+            versions={p: 0 for p in policies},
+            greedy=False,
+        )
         t0, c0 = time.perf_counter(), _cpu_s()
-        samples, _, timings = roll_out_locally(workflow, handles, units, training_sampling(ro), run_id="bench", run_seed=0)
+        samples, _, timings = roll_out_locally(
+            workflow, handles, units, training_sampling(ro), run_id="bench", run_seed=0
+        )
         if step:
             times.append(time.perf_counter() - t0)
             cpu.append(_cpu_s() - c0)
             generate.append(timings.generate_s)
             tokens += sum(len(x.response_ids) for x in samples)
     workflow.close()
-    return {"step_s": statistics.median(times), "generate_s": statistics.median(generate),
-            "cpu_s": statistics.median(cpu), "tok_s": tokens / sum(times), "start_s": start_s}
+    return {
+        "step_s": statistics.median(times),
+        "generate_s": statistics.median(generate),
+        "cpu_s": statistics.median(cpu),
+        "tok_s": tokens / sum(times),
+        "start_s": start_s,
+    }
 
 
 def _cpu_s() -> float:
@@ -199,16 +219,53 @@ def engine_rows(rollout: dict[str, dict], recipe_engine: str) -> list[BenchRow]:
     v, t = rollout["vllm"], rollout["torch"]
     faster = faster_engine(rollout)
     return [
-        BenchRow(SUITE, "LoRA recipe rollout step, vLLM + LoRA", v["step_s"], "s", "torch engine + adapters",
-                 t["step_s"], False, f"recipe's engine ({recipe_engine}) is the faster", recipe_engine == faster),
-        BenchRow(SUITE, "LoRA recipe generate per step, vLLM + LoRA", v["generate_s"], "s", "torch engine + adapters",
-                 t["generate_s"], False),
-        BenchRow(SUITE, "LoRA recipe CPU seconds per rollout step, vLLM + LoRA", v["cpu_s"], "s", "torch engine + adapters",
-                 t["cpu_s"], False),
-        BenchRow(SUITE, "LoRA recipe rollout tokens/s, vLLM + LoRA", v["tok_s"], "tok/s", "torch engine + adapters",
-                 t["tok_s"], True),
-        BenchRow(SUITE, "LoRA recipe engine start, vLLM + LoRA", v["start_s"], "s", "torch engine + adapters",
-                 t["start_s"], False),
+        BenchRow(
+            SUITE,
+            "LoRA recipe rollout step, vLLM + LoRA",
+            v["step_s"],
+            "s",
+            "torch engine + adapters",
+            t["step_s"],
+            False,
+            f"recipe's engine ({recipe_engine}) is the faster",
+            recipe_engine == faster,
+        ),
+        BenchRow(
+            SUITE,
+            "LoRA recipe generate per step, vLLM + LoRA",
+            v["generate_s"],
+            "s",
+            "torch engine + adapters",
+            t["generate_s"],
+            False,
+        ),
+        BenchRow(
+            SUITE,
+            "LoRA recipe CPU seconds per rollout step, vLLM + LoRA",
+            v["cpu_s"],
+            "s",
+            "torch engine + adapters",
+            t["cpu_s"],
+            False,
+        ),
+        BenchRow(
+            SUITE,
+            "LoRA recipe rollout tokens/s, vLLM + LoRA",
+            v["tok_s"],
+            "tok/s",
+            "torch engine + adapters",
+            t["tok_s"],
+            True,
+        ),
+        BenchRow(
+            SUITE,
+            "LoRA recipe engine start, vLLM + LoRA",
+            v["start_s"],
+            "s",
+            "torch engine + adapters",
+            t["start_s"],
+            False,
+        ),
     ]
 
 
@@ -225,11 +282,23 @@ def _sync(model: Path, repeats: int) -> dict[str, dict]:
     full = {k: v.contiguous() for k, v in load_model(model).state_dict().items()}
     adapter = AdapterWeights(attach_adapters(load_model(model), cfg, ["plan"]), "plan").state_dict()
     adapter = {k: v.detach().clone().contiguous() for k, v in adapter.items()}
-    limits = IntakeLimits(roles=("tool", "plan"), role_policy={"tool": "tool", "plan": "plan"},
-                          policies={p: PolicyLimits(50_000, 2048) for p in ("plan", "tool")}, turns=1, k=2, tree=True,
-                          trajectory=False, max_new_tokens=8, micro_batch_tokens=4096)
-    hub = Hub(HubEndpoint(private_ipc_address(Path(tempfile.mkdtemp()) / "ipc")), VersionLedger("bench", {"plan": 0, "tool": 0}),
-              limits=limits, unit_timeout_s=300.0)
+    limits = IntakeLimits(
+        roles=("tool", "plan"),
+        role_policy={"tool": "tool", "plan": "plan"},
+        policies={p: PolicyLimits(50_000, 2048) for p in ("plan", "tool")},
+        turns=1,
+        k=2,
+        tree=True,
+        trajectory=False,
+        max_new_tokens=8,
+        micro_batch_tokens=4096,
+    )
+    hub = Hub(
+        HubEndpoint(private_ipc_address(Path(tempfile.mkdtemp()) / "ipc")),
+        VersionLedger("bench", {"plan": 0, "tool": 0}),
+        limits=limits,
+        unit_timeout_s=300.0,
+    )
     hub.start()
     out = {}
     try:
@@ -242,7 +311,9 @@ def _sync(model: Path, repeats: int) -> dict[str, dict]:
                     t0 = time.perf_counter()
                     client.request_weights(policy, 0)
                     times.append(time.perf_counter() - t0)
-                    while hub.metrics()["transport/weights_replies"] <= replies:  # counted after the last chunk is queued
+                    while (
+                        hub.metrics()["transport/weights_replies"] <= replies
+                    ):  # counted after the last chunk is queued
                         time.sleep(0.001)
                     sent = hub.metrics()["transport/weights_bytes"] - before
                 out[name] = {"bytes": sent, "s": statistics.median(times)}
@@ -257,31 +328,80 @@ def run(quick: bool) -> list[BenchRow]:
     model = smollm2_folder()
     sync = _sync(model, 2 if quick else 5)
     rows = [
-        BenchRow(SUITE, f"weight sync bytes, adapter r={R}", sync["adapter"]["bytes"] / 2**20, "MiB", "full model",
-                 sync["full"]["bytes"] / 2**20, False, "adapter < 1/20 of full",
-                 sync["adapter"]["bytes"] < sync["full"]["bytes"] / 20),
-        BenchRow(SUITE, f"weight sync time, adapter r={R}", sync["adapter"]["s"], "s", "full model", sync["full"]["s"], False),
+        BenchRow(
+            SUITE,
+            f"weight sync bytes, adapter r={R}",
+            sync["adapter"]["bytes"] / 2**20,
+            "MiB",
+            "full model",
+            sync["full"]["bytes"] / 2**20,
+            False,
+            "adapter < 1/20 of full",
+            sync["adapter"]["bytes"] < sync["full"]["bytes"] / 20,
+        ),
+        BenchRow(
+            SUITE, f"weight sync time, adapter r={R}", sync["adapter"]["s"], "s", "full model", sync["full"]["s"], False
+        ),
     ]
     learner = {arm: _child("learner", model, arm, quick) for arm in ("full", "lora")}
     ratio = learner["lora"]["peak_mb"] / learner["full"]["peak_mb"]
     rows += [
-        BenchRow(SUITE, "learner peak memory, 2 policies, LoRA on one base", learner["lora"]["peak_mb"], "MB",
-                 "2 full models", learner["full"]["peak_mb"], False, "LoRA <= 0.6x", ratio <= 0.6),
-        BenchRow(SUITE, "learner step time, 2 policies, LoRA on one base", learner["lora"]["step_s"], "s",
-                 "2 full models", learner["full"]["step_s"], False),
+        BenchRow(
+            SUITE,
+            "learner peak memory, 2 policies, LoRA on one base",
+            learner["lora"]["peak_mb"],
+            "MB",
+            "2 full models",
+            learner["full"]["peak_mb"],
+            False,
+            "LoRA <= 0.6x",
+            ratio <= 0.6,
+        ),
+        BenchRow(
+            SUITE,
+            "learner step time, 2 policies, LoRA on one base",
+            learner["lora"]["step_s"],
+            "s",
+            "2 full models",
+            learner["full"]["step_s"],
+            False,
+        ),
     ]
     actor = {arm: _child("actor", model, arm, quick) for arm in ("full", "lora")}
     rows += [
-        BenchRow(SUITE, "actor resident memory, 1 torch engine + 2 adapters", actor["lora"]["rss_mb"], "MB",
-                 "2 torch engines", actor["full"]["rss_mb"], False),
-        BenchRow(SUITE, "actor peak memory, 1 torch engine + 2 adapters", actor["lora"]["peak_mb"], "MB",
-                 "2 torch engines", actor["full"]["peak_mb"], False),
-        BenchRow(SUITE, "actor rollout, 1 torch engine + 2 adapters", actor["lora"]["tok_s"], "tok/s",
-                 "2 torch engines", actor["full"]["tok_s"], True),
+        BenchRow(
+            SUITE,
+            "actor resident memory, 1 torch engine + 2 adapters",
+            actor["lora"]["rss_mb"],
+            "MB",
+            "2 torch engines",
+            actor["full"]["rss_mb"],
+            False,
+        ),
+        BenchRow(
+            SUITE,
+            "actor peak memory, 1 torch engine + 2 adapters",
+            actor["lora"]["peak_mb"],
+            "MB",
+            "2 torch engines",
+            actor["full"]["peak_mb"],
+            False,
+        ),
+        BenchRow(
+            SUITE,
+            "actor rollout, 1 torch engine + 2 adapters",
+            actor["lora"]["tok_s"],
+            "tok/s",
+            "2 torch engines",
+            actor["full"]["tok_s"],
+            True,
+        ),
     ]
     rollout = {engine: _child("rollout", model, engine, quick) for engine in ("torch", "vllm")}
     rows += engine_rows(rollout, load_recipe_engine())
-    print(f"LoRA recipe rollout step: {faster_engine(rollout)} is the faster engine; {RECIPE.name} uses {load_recipe_engine()}")
+    print(
+        f"LoRA recipe rollout step: {faster_engine(rollout)} is the faster engine; {RECIPE.name} uses {load_recipe_engine()}"
+    )
     return rows
 
 

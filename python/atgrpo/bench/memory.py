@@ -74,7 +74,10 @@ def recipe_samples(cfg, tokenizer, budget: int) -> list:
 
         def generate(self, prompts, params, seed=None):
             n = params.max_new_tokens
-            return [Completion(self.rng.integers(self.vocab // 2, self.vocab, n).tolist(), [-2.0] * n, False) for _ in prompts]
+            return [
+                Completion(self.rng.integers(self.vocab // 2, self.vocab, n).tolist(), [-2.0] * n, False)
+                for _ in prompts
+            ]
 
         def load_weights(self, version, tensors) -> None:
             pass
@@ -86,10 +89,18 @@ def recipe_samples(cfg, tokenizer, budget: int) -> list:
     tokens, step = 0, 0
     try:
         while True:
-            units = cut_units(0, step, step_seeds(ro.envs_per_step, step), ro.envs_per_unit, split="train",
-                              versions={p: 0 for p in cfg.policies}, greedy=False)
-            samples, _, _ = roll_out_locally(workflow, policies, units, training_sampling(ro), run_id="bench",
-                                             run_seed=cfg.run.seed)
+            units = cut_units(
+                0,
+                step,
+                step_seeds(ro.envs_per_step, step),
+                ro.envs_per_unit,
+                split="train",
+                versions={p: 0 for p in cfg.policies},
+                greedy=False,
+            )
+            samples, _, _ = roll_out_locally(
+                workflow, policies, units, training_sampling(ro), run_id="bench", run_seed=cfg.run.seed
+            )
             by_env: dict[int, list] = {}
             for s in samples:
                 by_env.setdefault(s.key.env, []).append(s)
@@ -124,12 +135,23 @@ def run_case(samples_path: Path, share_prefix: bool, settings: dict, budget: int
     cfg = load_config(RECIPE, overrides)
     (policy,) = cfg.policies.values()
     folder = smollm2_folder()
-    backend = make_backend(load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device), cfg.train,
-                           policy.lr, policy.weight_decay, loss_config(cfg))
+    backend = make_backend(
+        load_model(folder, dtype=cfg.train.dtype, device=cfg.train.device),
+        cfg.train,
+        policy.lr,
+        policy.weight_decay,
+        loss_config(cfg),
+    )
     samples = pickle.loads(samples_path.read_bytes())
     adv = np.random.default_rng(0).normal(size=len(samples))
-    mbs = build_microbatches(samples, adv, max_tokens=budget, pad_id=load_tokenizer(folder).pad_token_id,
-                             aggregation=cfg.train.loss_aggregation, share_prefix=share_prefix)
+    mbs = build_microbatches(
+        samples,
+        adv,
+        max_tokens=budget,
+        pad_id=load_tokenizer(folder).pad_token_id,
+        aggregation=cfg.train.loss_aggregation,
+        share_prefix=share_prefix,
+    )
     before_step = _rss_now()
     start = time.perf_counter()
     metrics = backend.train_step(mbs, int(sum(len(s.response_ids) for s in samples)))
@@ -152,9 +174,15 @@ def _rss_now() -> int:
 
 
 def _spawn(samples_path: Path, share_prefix: bool, variant: str, budget: int) -> dict:
-    case = json.dumps({"samples": str(samples_path), "share_prefix": share_prefix, "variant": variant, "budget": budget})
-    proc = subprocess.run([sys.executable, "-m", "atgrpo.bench.memory", "--case", case], capture_output=True,
-                          text=True, timeout=CASE_TIMEOUT_S)
+    case = json.dumps(
+        {"samples": str(samples_path), "share_prefix": share_prefix, "variant": variant, "budget": budget}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "atgrpo.bench.memory", "--case", case],
+        capture_output=True,
+        text=True,
+        timeout=CASE_TIMEOUT_S,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"memory case {variant}, share_prefix={share_prefix} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -193,15 +221,33 @@ def run(quick: bool) -> list[BenchRow]:
                 else:
                     target, met = f"<= {PLAIN_TARGET_GB:g} GB", peak <= PLAIN_TARGET_GB
                     plain_peak = peak
-                rows.append(BenchRow(
-                    SUITE, f"step peak RSS, {layout}, {what}", peak, "GB", "unchunked, no checkpointing",
-                    before["peak_gb"], higher_is_better=False, target=target, target_met=None if quick else met, extra=extra,
-                ))
-                rows.append(BenchRow(
-                    SUITE, f"step time, {layout}, {what}", got[v]["step_s"], "s", "unchunked, no checkpointing",
-                    before["step_s"], higher_is_better=False, target=f"<= {TIME_TARGET:g}x reference",
-                    target_met=None if quick else got[v]["step_s"] <= TIME_TARGET * before["step_s"],
-                ))
+                rows.append(
+                    BenchRow(
+                        SUITE,
+                        f"step peak RSS, {layout}, {what}",
+                        peak,
+                        "GB",
+                        "unchunked, no checkpointing",
+                        before["peak_gb"],
+                        higher_is_better=False,
+                        target=target,
+                        target_met=None if quick else met,
+                        extra=extra,
+                    )
+                )
+                rows.append(
+                    BenchRow(
+                        SUITE,
+                        f"step time, {layout}, {what}",
+                        got[v]["step_s"],
+                        "s",
+                        "unchunked, no checkpointing",
+                        before["step_s"],
+                        higher_is_better=False,
+                        target=f"<= {TIME_TARGET:g}x reference",
+                        target_met=None if quick else got[v]["step_s"] <= TIME_TARGET * before["step_s"],
+                    )
+                )
     return rows
 
 
@@ -212,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m atgrpo.bench.memory --case JSON (atgrpo-bench memory runs it)", file=sys.stderr)
         return 2
     case = json.loads(args[1])
-    figures = run_case(Path(case["samples"]), bool(case["share_prefix"]), VARIANTS[case["variant"]], int(case["budget"]))
+    figures = run_case(
+        Path(case["samples"]), bool(case["share_prefix"]), VARIANTS[case["variant"]], int(case["budget"])
+    )
     print(json.dumps(figures))
     return 0
 

@@ -53,10 +53,14 @@ def _stdio_program() -> Program:
 def _single(stdio: bool = False) -> None:
     """The reference: one interpreter, the same program and its assert (or stdin), no harness."""
     if stdio:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", "x = int(input())\nprint(x + 1)\n"], input=b"1\n", capture_output=True)
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", "x = int(input())\nprint(x + 1)\n"], input=b"1\n", capture_output=True
+        )
         ok = done.returncode == 0 and done.stdout == b"2\n"
     else:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", PROGRAM_CODE + PROGRAM_TEST + "\n"], stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", PROGRAM_CODE + PROGRAM_TEST + "\n"], stdin=subprocess.DEVNULL
+        )
         ok = done.returncode == 0
     if not ok:
         raise AssertionError(f"reference program failed: {done}")
@@ -106,8 +110,16 @@ def _single_rows(samples: int, batch: int, repeats: int) -> list[BenchRow]:
             over = (ours - ref) * 1e3
             rows.append(
                 BenchRow(
-                    SUITE, name, ours * 1e3, "ms", SINGLE_STDIO if stdio else SINGLE, ref * 1e3, higher_is_better=False,
-                    target=f"within +{TARGET_OVERHEAD_MS:g} ms of one interpreter (was {over:+.2f} ms)" if not stdio else "",
+                    SUITE,
+                    name,
+                    ours * 1e3,
+                    "ms",
+                    SINGLE_STDIO if stdio else SINGLE,
+                    ref * 1e3,
+                    higher_is_better=False,
+                    target=f"within +{TARGET_OVERHEAD_MS:g} ms of one interpreter (was {over:+.2f} ms)"
+                    if not stdio
+                    else "",
                     target_met=(over <= TARGET_OVERHEAD_MS) if not stdio else None,
                     extra={"overhead_ms": over},
                 )
@@ -116,7 +128,12 @@ def _single_rows(samples: int, batch: int, repeats: int) -> list[BenchRow]:
         ours, ref = _single_vs_sandbox_rate(sb, batch, repeats)
     rows.append(
         BenchRow(
-            SUITE, "function programs/s, concurrency 2", ours, "exec/s", f"{SINGLE}, 2 at a time", ref,
+            SUITE,
+            "function programs/s, concurrency 2",
+            ours,
+            "exec/s",
+            f"{SINGLE}, 2 at a time",
+            ref,
             target=f">= {TARGET_SINGLE_RATIO:g}x one interpreter's (was {ours / ref:.2f}x)",
             target_met=ours >= TARGET_SINGLE_RATIO * ref,
             extra={"batch": float(batch)},

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
 from atgrpo.bench import scale_model
 from atgrpo.bench.report import BenchRow
 from atgrpo.bench.scale_probes import (
@@ -91,9 +92,7 @@ FULL = Settings(
     weights_mb=8.0,
     delay_s=0.2,
 )
-QUICK = Settings(
-    (2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1
-)
+QUICK = Settings((2, 8), steps=2, steps_at_largest=3, step_mb=0.0625, weights_mb=1.0, delay_s=0.1)
 
 
 def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
@@ -102,9 +101,7 @@ def _weights(mb: float, version: int) -> dict[str, torch.Tensor]:
     out, left, i = {}, total, 0
     while left:
         n = min(left, 2 * 2**20)
-        out[f"layer{i}.weight"] = torch.full(
-            (n,), float(version % 100), dtype=torch.bfloat16
-        )
+        out[f"layer{i}.weight"] = torch.full((n,), float(version % 100), dtype=torch.bfloat16)
         left -= n
         i += 1
     return out
@@ -162,9 +159,7 @@ class _Sync:
     fetch_max_s: float = 0.0
 
 
-def _sync_times(
-    records: list[dict], published: dict[int, float]
-) -> dict[int, tuple[float, int]]:
+def _sync_times(records: list[dict], published: dict[int, float]) -> dict[int, tuple[float, int]]:
     """version -> (seconds from its publish until the last actor that fetched it held it, how many did)."""
     out = {}
     for v, t_pub in published.items():
@@ -192,9 +187,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
     sampler.start()
     cpu0, wall0 = os.times(), time.monotonic()
     procs = _start_workers(n, endpoint.address, keys, run_id, s.delay_s, store_dir)
-    wait_for_actors(
-        hub, n, procs
-    )  # their start (imports, CURVE handshakes) is not the hub's speed
+    wait_for_actors(hub, n, procs)  # their start (imports, CURVE handshakes) is not the hub's speed
     published: dict[int, float] = {}
     version, samples_in, step_walls = 0, 0, []
     out: dict = {"n": n, "steps": steps}
@@ -221,10 +214,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         for path in ("hub", "store"):
             hub.store = store if path == "store" else None
             version += 1
-            before = (
-                hub.metrics()["transport/weights_bytes"]
-                + hub.counters["weights_store_bytes"]
-            )
+            before = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
             cpu_before = process_cpu()
             published[version] = time.monotonic()
             hub.publish(POLICY, version, _weights(s.weights_mb, version))
@@ -236,10 +226,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
                 greedy=False,
             )
             hub.wait_round(rid, stall_timeout_s=300.0)
-            after = (
-                hub.metrics()["transport/weights_bytes"]
-                + hub.counters["weights_store_bytes"]
-            )
+            after = hub.metrics()["transport/weights_bytes"] + hub.counters["weights_store_bytes"]
             phases[path] = (version, after - before, process_cpu() - cpu_before)
             reissued[path] = hub.counters["units_reassigned"] - sum(reissued.values())
         cpu1, wall1 = os.times(), time.monotonic()
@@ -249,13 +236,9 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         records = []
         for p in procs:
             stdout, _ = p.communicate(timeout=120)
-            records += (
-                json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else []
-            )
+            records += json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else []
     syncs = _sync_times(records, published)
-    one_copy = sum(
-        t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values()
-    )
+    one_copy = sum(t.numel() * t.element_size() for t in _weights(s.weights_mb, 0).values())
     leases = sorted(x for r in records for x in r["lease_s"])
     metrics = hub.metrics()
     out.update(
@@ -265,8 +248,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         step_s=statistics.median(step_walls),
         hub_thread_cpu_per_step_s=step_cpu / steps,
         units_reissued_by_phase=reissued,
-        hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system))
-        / (wall1 - wall0),
+        hub_cpu_cores=((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0),
         hub_rss_mb=(steps_rss - base_rss) / 2**20,
         hub_rss_sync_mb=(sampler.peak_rss - base_rss) / 2**20,
         hub_thread_busy=step_cpu / steps_s,
@@ -276,9 +258,7 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         # than a lease already taken back (that one is a reissue, counted above).
         samples_refused=metrics["hub/rejected_total"]
         + sum(r["samples_rejected"] for r in records)
-        + sum(
-            1 for r in records for why in r["refused"] if "is not leased to" not in why
-        ),
+        + sum(1 for r in records for why in r["refused"] if "is not leased to" not in why),
         actor_errors=[r["error"] for r in records if r["error"]][:5],
         one_copy_bytes=one_copy,
         handle_ms={
@@ -292,17 +272,12 @@ def run_n(n: int, s: Settings, steps: int, profile: bool, root: Path) -> dict:
         },
         lease_upkeep_s=hub.upkeep_s,
         store_reads={
-            k: sum(r["store"].get(k, 0) for r in records)
-            for k in ("store/chunks_read", "store/chunks_from_hub")
+            k: sum(r["store"].get(k, 0) for r in records) for k in ("store/chunks_read", "store/chunks_from_hub")
         },
     )
     for path, (v, sent, cpu) in phases.items():
         starts = [r["starts"][str(v)] for r in records if str(v) in r["holds"]]
-        fetches = sorted(
-            r["holds"][str(v)] - r["starts"][str(v)]
-            for r in records
-            if str(v) in r["holds"]
-        )
+        fetches = sorted(r["holds"][str(v)] - r["starts"][str(v)] for r in records if str(v) in r["holds"])
         out[f"sync_{path}"] = asdict(
             _Sync(
                 syncs[v][0],
@@ -334,11 +309,7 @@ def measure(s: Settings) -> list[dict]:
     for n in s.sizes:
         largest = n == s.sizes[-1]
         with tempfile.TemporaryDirectory(prefix="atgrpo-scale-") as tmp:
-            results.append(
-                run_n(
-                    n, s, s.steps_at_largest if largest else s.steps, largest, Path(tmp)
-                )
-            )
+            results.append(run_n(n, s, s.steps_at_largest if largest else s.steps, largest, Path(tmp)))
         r = results[-1]
         print(
             f"scale: N={n}: lease p50 {r['lease_p50_ms']:.1f} ms, {r['samples_per_s']:.0f} samples/s, "

@@ -36,9 +36,7 @@ def predict(
     """The predicted seconds per step of both paths, for `MODELS` x `ACTORS`, from the bench's results."""
     big = results[-1]
     hub = big["sync_hub"]
-    hub_rate = (
-        hub["bytes_out"] / hub["hub_cpu_s"] if hub["hub_cpu_s"] > 0 else float("inf")
-    )
+    hub_rate = hub["bytes_out"] / hub["hub_cpu_s"] if hub["hub_cpu_s"] > 0 else float("inf")
     link = link_gbit * 1e9 / 8
     store_bw = store_gbytes * 1e9
     rows = []
@@ -63,8 +61,7 @@ def predict(
         "hub_rate_gbytes": hub_rate / 1e9,
         "hub_rate_at_n": big["n"],
         "measured_growth": {
-            path: big[f"sync_{path}"]["seconds"] / first[f"sync_{path}"]["seconds"]
-            for path in ("hub", "store")
+            path: big[f"sync_{path}"]["seconds"] / first[f"sync_{path}"]["seconds"] for path in ("hub", "store")
         },
         "measured_n": [first["n"], big["n"]],
         "rows": rows,

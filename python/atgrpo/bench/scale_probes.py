@@ -63,11 +63,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self._halt.wait(SAMPLE_S):
             self.peak_rss = max(self.peak_rss, rss())
-            frame = (
-                sys._current_frames().get(self.hub_thread.ident or -1)
-                if self.profile
-                else None
-            )
+            frame = sys._current_frames().get(self.hub_thread.ident or -1) if self.profile else None
             if frame is None:
                 continue
             self.samples += 1
@@ -82,9 +78,7 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def wait_for_actors(
-    hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0
-) -> None:
+def wait_for_actors(hub: Hub, n: int, procs: list[subprocess.Popen], timeout_s: float = 300.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with hub._lock:

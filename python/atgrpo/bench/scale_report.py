@@ -179,18 +179,13 @@ def print_profile(r: dict) -> None:
     prof = r.get("profile")
     if not prof:
         return
-    print(
-        f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes"
-    )
+    print(f"\nhub thread at N={r['n']}: {prof['samples']} stack samples; where its time goes")
     for name, share in prof["atgrpo"].items():
         print(f"  {100 * share:5.1f}%  {name}")
     handled = sorted(r["handle_ms"].items(), key=lambda kv: -kv[1]["total_s"])
     print(
         "  per message kind: "
-        + "; ".join(
-            f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms"
-            for k, v in handled
-        )
+        + "; ".join(f"{k} {v['count']}x p50 {v['p50']:.2f} ms p99 {v['p99']:.2f} ms" for k, v in handled)
     )
     print(f"  lease upkeep (expiry scan every loop turn): {r['lease_upkeep_s']:.2f} s")
 

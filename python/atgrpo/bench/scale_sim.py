@@ -119,16 +119,10 @@ def _actor(spec: SimSpec, record: ActorRecord) -> None:
         timeout_s=spec.timeout_s,
         curve_keys=spec.curve_keys,
     )
-    reader = (
-        StoreReader(spec.store_root, spec.run_id, wait_s=0.0)
-        if spec.store_root
-        else None
-    )
+    reader = StoreReader(spec.store_root, spec.run_id, wait_s=0.0) if spec.store_root else None
     held: dict[str, int] = {}
     try:
-        welcome = client.request(
-            Hello(PROTOCOL_VERSION, record.actor_id, spec.run_id, [POLICY])
-        )
+        welcome = client.request(Hello(PROTOCOL_VERSION, record.actor_id, spec.run_id, [POLICY]))
         if not isinstance(welcome, Welcome):
             raise UnexpectedReply(f"hello answered with {welcome!r}")
         while True:
@@ -146,9 +140,7 @@ def _actor(spec: SimSpec, record: ActorRecord) -> None:
                 if held.get(policy) != version:
                     record.starts[str(version)] = time.monotonic()
                     if reader is not None:
-                        reader.fetch(
-                            client, policy, version
-                        )  # tensors dropped at once: only the check counts
+                        reader.fetch(client, policy, version)  # tensors dropped at once: only the check counts
                     else:
                         client.request_weights(policy, version)
                     held[policy] = version
@@ -176,9 +168,7 @@ def _send_unit(client: ActorClient, record: ActorRecord, unit: WorkUnit) -> bool
             len(batch),
         ):
             return False
-    envs = [
-        EnvResult(unit.env_offset + e, True, TURNS, 1.0) for e in range(len(unit.seeds))
-    ]
+    envs = [EnvResult(unit.env_offset + e, True, TURNS, 1.0) for e in range(len(unit.seeds))]
     return _ack(
         client,
         record,
@@ -201,9 +191,7 @@ def _ack(client: ActorClient, record: ActorRecord, batch: SampleBatch, n: int) -
 
 def run_worker(spec: SimSpec) -> list[ActorRecord]:
     records = [ActorRecord(a, spec.run_id) for a in spec.actor_ids]
-    threads = [
-        threading.Thread(target=_actor, args=(spec, r), daemon=True) for r in records
-    ]
+    threads = [threading.Thread(target=_actor, args=(spec, r), daemon=True) for r in records]
     for t in threads:
         t.start()
     for t in threads:
@@ -214,11 +202,7 @@ def run_worker(spec: SimSpec) -> list[ActorRecord]:
 if __name__ == "__main__":
     import logging
 
-    logging.basicConfig(
-        level=logging.ERROR
-    )  # a reader that finds no marker (hub-path versions) says so at WARNING
-    threading.stack_size(
-        512 * 1024
-    )  # hundreds of threads: their stacks need not be 8 MiB
+    logging.basicConfig(level=logging.ERROR)  # a reader that finds no marker (hub-path versions) says so at WARNING
+    threading.stack_size(512 * 1024)  # hundreds of threads: their stacks need not be 8 MiB
     got = run_worker(SimSpec(**json.loads(sys.argv[1])))
     print(json.dumps([asdict(r) for r in got]))

@@ -70,11 +70,19 @@ def state_dict(megabytes: int) -> dict[str, torch.Tensor]:
 def sample_batch(unit_id: int = 0) -> SampleBatch:
     samples = [
         Sample(
-            run_id="bench", policy="shared", version=3, step=1, role="actor", key=GroupKey(i // 4, 0, 1),
+            run_id="bench",
+            policy="shared",
+            version=3,
+            step=1,
+            role="actor",
+            key=GroupKey(i // 4, 0, 1),
             prompt_ids=[(i * 31 + j) % 151000 for j in range(PROMPT_TOKENS)],
             response_ids=[(i * 17 + j * 7) % 151000 for j in range(RESPONSE_TOKENS)],
             logprobs=[-0.001 * (j + 1) * (i + 1) for j in range(RESPONSE_TOKENS)],
-            reward=0.5, reward_team=0.0, reward_local=0.5, branch=i % 4,
+            reward=0.5,
+            reward_team=0.0,
+            reward_local=0.5,
+            branch=i % 4,
         )
         for i in range(SAMPLES_PER_BATCH)
     ]

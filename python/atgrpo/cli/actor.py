@@ -9,17 +9,19 @@ from atgrpo.cli.common import config_parser, load_run_config, setup_logging
 
 def main(argv: list[str] | None = None) -> int:
     parser = config_parser("atgrpo-actor", "Roll out AT-GRPO work units for a learner hub.")
-    parser.add_argument("--address", required=True,
-                        help="hub endpoint: tcp://host:port or ipc:///path; '-': the first line of stdin, once the hub is up")
+    parser.add_argument(
+        "--address",
+        required=True,
+        help="hub endpoint: tcp://host:port or ipc:///path; '-': the first line of stdin, once the hub is up",
+    )
     parser.add_argument("--id", default=None, help="actor id (default: host and pid)")
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     log = setup_logging("actor")
     from atgrpo.actor.actor import Actor, ActorError, configure_threads
-    from atgrpo.transport.errors import TransportError
-
     from atgrpo.errors import PlacementError
     from atgrpo.placement import pin
+    from atgrpo.transport.errors import TransportError
 
     try:
         pin(cfg.launch.actor_cpus, "launch.actor_cpus")

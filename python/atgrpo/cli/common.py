@@ -14,10 +14,20 @@ from atgrpo.config import RunConfig, load_config
 def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("config", nargs="?", default=None, help="run config TOML (default: the built-in Plan-Path demo)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set rollout.k=8 (TOML value syntax); repeatable")
-    p.add_argument("--curve-keys", default=None, metavar="DIR",
-                   help="CURVE key folder from `atgrpo-keys` (sets transport.curve_keys)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set rollout.k=8 (TOML value syntax); repeatable",
+    )
+    p.add_argument(
+        "--curve-keys",
+        default=None,
+        metavar="DIR",
+        help="CURVE key folder from `atgrpo-keys` (sets transport.curve_keys)",
+    )
     return p
 
 
@@ -33,7 +43,9 @@ def load_run_config(args: argparse.Namespace) -> RunConfig:
 
 def setup_logging(component: str) -> logging.Logger:
     level = os.environ.get("ATGRPO_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format=f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=level, format=f"%(asctime)s {component} %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     for noisy in ("transformers", "DeepSpeed", "deepspeed", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

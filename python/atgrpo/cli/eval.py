@@ -49,13 +49,29 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="atgrpo-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("config", nargs="?", default=None, help="run or task config TOML (default: built-in defaults)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override; repeatable")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override; repeatable"
+    )
     p.add_argument("--task", choices=["planpath", "sokoban", "sudoku", "code", "math"])
     p.add_argument("--roles", help="comma-separated roles in turn order (one role: single-agent baseline)")
     p.add_argument("--team", help="agents per role, e.g. reasoner=3,tool=1,judge=1 (math; replaces --roles)")
-    p.add_argument("--model", help="HF-format folder for every role without --role-model (@smollm2: the cached SmolLM2)")
-    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=PATH", help="a folder for one role or one agent of a team (reasoner_2); repeatable")
-    p.add_argument("--adapter", action="append", default=[], metavar="[ROLE=]PATH", help="a peft LoRA adapter (a checkpoint's <policy>/adapter) merged into the role's model, or every role's without ROLE; repeatable")
+    p.add_argument(
+        "--model", help="HF-format folder for every role without --role-model (@smollm2: the cached SmolLM2)"
+    )
+    p.add_argument(
+        "--role-model",
+        action="append",
+        default=[],
+        metavar="ROLE=PATH",
+        help="a folder for one role or one agent of a team (reasoner_2); repeatable",
+    )
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="[ROLE=]PATH",
+        help="a peft LoRA adapter (a checkpoint's <policy>/adapter) merged into the role's model, or every role's without ROLE; repeatable",
+    )
     p.add_argument("--dataset", help="code/math problem file (default: the task pack's problems.jsonl)")
     p.add_argument("--format", default=None, help="dataset format (default: auto)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
@@ -69,12 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", choices=["compact", "compact_turn", "paper"], default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="rollout engine (default torch)")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="engine dtype (default: the config's rollout.dtype, else its train.dtype)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="engine dtype (default: the config's rollout.dtype, else its train.dtype)",
+    )
     p.add_argument("--batch", type=int, default=16, help="problems per workflow call")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--out", help="write the results as JSON here")
-    p.add_argument("--transcripts", metavar="PATH", help="write every problem's transcript (all agents' turns, verdict) as JSONL")
+    p.add_argument(
+        "--transcripts", metavar="PATH", help="write every problem's transcript (all agents' turns, verdict) as JSONL"
+    )
     return p
 
 
@@ -98,8 +120,13 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
         task["team"] = None
     if args.team:
         task["roles"], task["team"] = None, parse_team(args.team)
-    for key, val in (("dataset", args.dataset), ("eval_dataset", args.dataset), ("dataset_format", args.format),
-                     ("turns", args.turns), ("prompts", args.prompts)):
+    for key, val in (
+        ("dataset", args.dataset),
+        ("eval_dataset", args.dataset),
+        ("dataset_format", args.format),
+        ("turns", args.turns),
+        ("prompts", args.prompts),
+    ):
         if val is not None:
             task[key] = val
     if args.samples < 1:
@@ -125,7 +152,9 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
         folders[role] = path
     for role in roles:
         if role not in folders:
-            default = args.model or base.policies[base.role_policy[role]].path if role in base.role_policy else args.model
+            default = (
+                args.model or base.policies[base.role_policy[role]].path if role in base.role_policy else args.model
+            )
             if not default:
                 raise EvalError(f"no model for role {role!r}: pass --model or --role-model {role}=PATH")
             folders[role] = default
@@ -174,7 +203,9 @@ def parse_team(spec: str) -> dict[str, int]:
     for item in (x.strip() for x in spec.split(",")):
         role, sep, count = item.partition("=")
         if not sep or not role.strip() or not count.strip().isdigit() or role.strip() in team:
-            raise EvalError(f"--team {spec!r}: expected ROLE=COUNT,... with each role once (e.g. reasoner=3,tool=1,judge=1)")
+            raise EvalError(
+                f"--team {spec!r}: expected ROLE=COUNT,... with each role once (e.g. reasoner=3,tool=1,judge=1)"
+            )
         team[role.strip()] = int(count)
     return team
 
@@ -221,13 +252,19 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         handles = {}
         for name, pc in cfg.policies.items():
             engine, tok = open_engine(
-                pc.path or "", cfg.rollout, policy=name, dtype=args.dtype or rollout_dtype(cfg), version=0, engines_per_process=len(cfg.policies)
+                pc.path or "",
+                cfg.rollout,
+                policy=name,
+                dtype=args.dtype or rollout_dtype(cfg),
+                version=0,
+                engines_per_process=len(cfg.policies),
             )
             handles[name] = PolicyHandle(engine=engine, tokenizer=tok)
         sampling = replace(training_sampling(cfg.rollout), top_p=1.0 if args.top_p is None else args.top_p)
         # Problems are envs of one evaluation step, cut into units of --batch as the hub cuts a step.
-        units = cut_units(0, 0, list(range(count)), max(1, args.batch), split="eval", versions={p: 0 for p in handles},
-                          greedy=greedy)
+        units = cut_units(
+            0, 0, list(range(count)), max(1, args.batch), split="eval", versions={p: 0 for p in handles}, greedy=greedy
+        )
         t0 = time.perf_counter()
         _, envs, _ = roll_out_locally(wf, handles, units, sampling, run_id="eval", run_seed=args.seed)
         wall = time.perf_counter() - t0
@@ -257,8 +294,9 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "pass_at_k": pass_at,
         "wall_s": wall,
         "per_problem": [{"id": i, "correct": c, "samples": n} for i, c in zip(ids, correct)],
-        "failed_revisiting": (sum(1 for r in records if not r["correct"] and revisited(r))
-                              if cfg.task.task in GAME_TASKS else None),
+        "failed_revisiting": (
+            sum(1 for r in records if not r["correct"] and revisited(r)) if cfg.task.task in GAME_TASKS else None
+        ),
     }
 
 

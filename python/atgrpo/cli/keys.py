@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "init":
             if (Path(args.folder) / "hub.key_secret").exists():
-                raise CurveKeyError(f"{args.folder} already holds keys; use a new folder (old actors would be locked out)")
+                raise CurveKeyError(
+                    f"{args.folder} already holds keys; use a new folder (old actors would be locked out)"
+                )
             print(f"key folder {keys.generate_keys(args.folder)}: give it to the hub (--curve-keys)")
         elif args.command == "add-actor":
             print(f"actor key {keys.add_actor(args.folder, args.name)} (restart the hub to accept it)")

@@ -15,7 +15,9 @@ from atgrpo.cli.common import config_parser, load_run_config, setup_logging
 
 def main(argv: list[str] | None = None) -> int:
     parser = config_parser("atgrpo-learner", "Train the run's policies; rank 0 serves actors over ZeroMQ.")
-    parser.add_argument("--address", default=None, help="hub endpoint (default: transport.endpoint or a private ipc socket)")
+    parser.add_argument(
+        "--address", default=None, help="hub endpoint (default: transport.endpoint or a private ipc socket)"
+    )
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     setup_logging("learner")

@@ -34,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging("model")
     try:
-        folder = smollm2_folder() if args.cmd == "smollm2" else import_model(
-            args.src, args.dest, dtype=args.dtype, overwrite=args.overwrite
+        folder = (
+            smollm2_folder()
+            if args.cmd == "smollm2"
+            else import_model(args.src, args.dest, dtype=args.dtype, overwrite=args.overwrite)
         )
     except (ModelImportError, OSError) as exc:
         print(f"atgrpo-model: {exc}", file=sys.stderr)

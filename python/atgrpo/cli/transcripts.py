@@ -31,7 +31,9 @@ class Recorder:
     def __init__(self) -> None:
         self.steps: dict[tuple[int, int], list[dict[str, Any]]] = {}
 
-    def __call__(self, unit: WorkUnit, agent: str, turn: int, live: list[tuple[int, int]], answers: list[str], states: Any) -> None:
+    def __call__(
+        self, unit: WorkUnit, agent: str, turn: int, live: list[tuple[int, int]], answers: list[str], states: Any
+    ) -> None:
         describe = getattr(states, "describe", None)
         for (e, b), text in zip(live, answers):
             row: dict[str, Any] = {"turn": turn, "agent": agent, "text": text}
@@ -39,7 +41,9 @@ class Recorder:
                 row.update(describe(agent, e, b))
             self.steps.setdefault((unit.env_offset + e, b), []).append(row)
 
-    def records(self, problems: Sequence[Any] | None, ids: Sequence[str], envs: Sequence[EnvResult]) -> list[dict[str, Any]]:
+    def records(
+        self, problems: Sequence[Any] | None, ids: Sequence[str], envs: Sequence[EnvResult]
+    ) -> list[dict[str, Any]]:
         """One record per episode, envs ascending then samples; `envs` in step order (an env's
         results in branch order), `problems[e]` the problem of env e (None for games)."""
         out = []

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from atgrpo.config.engines import check_engines
+from atgrpo.config.lora import check_lora
 from atgrpo.config.sections import (
     LaunchSection,
     LoraSection,
@@ -30,8 +32,6 @@ from atgrpo.config.sections import (
     TransportSection,
     WarmstartSection,
 )
-from atgrpo.config.engines import check_engines
-from atgrpo.config.lora import check_lora
 from atgrpo.config.task import GAME_TASKS, JUDGE, TASK_ROLES, TEAM_TASKS, Agent, TaskSection
 from atgrpo.config.task_env import TASK_ENV, EnvParams, PlanPathEnv, SokobanEnv, SudokuEnv, TextTaskEnv
 from atgrpo.config.toml_io import apply_overrides, read_toml_file, to_toml

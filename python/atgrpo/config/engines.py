@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 VLLM_SLEEP_ONE_ENGINE = (
     "rollout.vllm_sleep_when_idle needs one vLLM engine per actor process on a GPU: vLLM 0.32's sleep mode "
     "allocates through its CuMem pool, a single instance per process whose second engine stops at start "
-    "(vllm/v1/worker/gpu_worker.py: \"CuMem allocator can only be used for one instance per process\"), and "
+    '(vllm/v1/worker/gpu_worker.py: "CuMem allocator can only be used for one instance per process"), and '
     "that pool's sleep would move every engine's memory, not one's. Serve one full policy (or one LoRA group) "
     "per run with sleep, or set rollout.vllm_sleep_when_idle = false and give the actors their own GPUs"
 )
@@ -35,7 +35,9 @@ def check_engines(cfg: RunConfig) -> None:
     ro = cfg.rollout
     sleeping = ro.engine == "vllm" and ro.vllm_sleep_when_idle and ro.device.startswith("cuda")
     if sleeping and engines_per_actor(cfg) > 1:
-        raise ValueError(f"{engines_per_actor(cfg)} vLLM engines per actor ({sorted(cfg.policies)}): {VLLM_SLEEP_ONE_ENGINE}")
+        raise ValueError(
+            f"{engines_per_actor(cfg)} vLLM engines per actor ({sorted(cfg.policies)}): {VLLM_SLEEP_ONE_ENGINE}"
+        )
 
 
 __all__ = ["VLLM_SLEEP_ONE_ENGINE", "check_engines", "engines_per_actor"]

@@ -72,4 +72,12 @@ def check_lora(cfg: "RunConfig") -> None:
         raise ValueError(f"LoRA policies {lora}: {LORA_ZERO3}")
 
 
-__all__ = ["LORA_ZERO3", "VLLM_LORA_RANKS", "check_lora", "lora_bases", "lora_group", "serving_rank", "warm_starts_adapter"]
+__all__ = [
+    "LORA_ZERO3",
+    "VLLM_LORA_RANKS",
+    "check_lora",
+    "lora_bases",
+    "lora_group",
+    "serving_rank",
+    "warm_starts_adapter",
+]

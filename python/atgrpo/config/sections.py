@@ -147,7 +147,9 @@ class PolicySection(Section):
     @model_validator(mode="after")
     def _lr_floor(self) -> PolicySection:
         if self.lr_min > self.lr:
-            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr}): a schedule decays from lr to lr_min")
+            raise ValueError(
+                f"lr_min ({self.lr_min}) must not exceed lr ({self.lr}): a schedule decays from lr to lr_min"
+            )
         return self
 
 
@@ -410,16 +412,22 @@ class LaunchSection(Section):
     @model_validator(mode="after")
     def _devices(self) -> "LaunchSection":
         if any(g < 0 for g in self.learner_devices) or len(set(self.learner_devices)) != len(self.learner_devices):
-            raise ValueError(f"launch.learner_devices: GPU indices must be distinct and >= 0, got {self.learner_devices}")
+            raise ValueError(
+                f"launch.learner_devices: GPU indices must be distinct and >= 0, got {self.learner_devices}"
+            )
         custom = [*self.ray_actor_resources.items(), *self.ray_learner_resources.items()]
         if any(v <= 0 or k in RAY_BUILTIN_RESOURCES for k, v in custom):
-            raise ValueError("launch.ray_*_resources: custom resources with amounts > 0 (CPUs and GPUs have "
-                             f"their own settings), got actor {self.ray_actor_resources}, learner {self.ray_learner_resources}")
+            raise ValueError(
+                "launch.ray_*_resources: custom resources with amounts > 0 (CPUs and GPUs have "
+                f"their own settings), got actor {self.ray_actor_resources}, learner {self.ray_learner_resources}"
+            )
         if any(g < 0 for g in self.actor_devices):
             raise ValueError(f"launch.actor_devices: GPU indices must be >= 0, got {self.actor_devices}")
         if self.actor_devices:
             if "actors" in self.model_fields_set and self.actors != len(self.actor_devices):
-                raise ValueError(f"launch.actors = {self.actors} but launch.actor_devices lists {len(self.actor_devices)} actors")
+                raise ValueError(
+                    f"launch.actors = {self.actors} but launch.actor_devices lists {len(self.actor_devices)} actors"
+                )
             object.__setattr__(self, "actors", len(self.actor_devices))
         return self
 

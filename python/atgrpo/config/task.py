@@ -117,8 +117,10 @@ class TaskSection(Section):
         if JUDGE in roles and roles[-1] != JUDGE:
             raise ValueError(f"the judge acts last in a turn; got roles {roles}")
         if self.prompts == "compact_turn" and self.task not in GAME_TASKS:
-            raise ValueError(f"task.prompts = 'compact_turn' is for the games {list(GAME_TASKS)}; task {self.task} "
-                             "takes 'compact' or 'paper'")
+            raise ValueError(
+                f"task.prompts = 'compact_turn' is for the games {list(GAME_TASKS)}; task {self.task} "
+                "takes 'compact' or 'paper'"
+            )
         if self.team is not None:
             self._check_team()
         return self
@@ -128,7 +130,9 @@ class TaskSection(Section):
         if self.task not in TEAM_TASKS:
             raise ValueError(f"task.team: task {self.task} takes one agent per role (teams: {list(TEAM_TASKS)})")
         if set(team) != set(self.roles or []):
-            raise ValueError(f"task.team names roles {sorted(team)} but task.roles is {self.roles}: give the same roles")
+            raise ValueError(
+                f"task.team names roles {sorted(team)} but task.roles is {self.roles}: give the same roles"
+            )
         bad = {r: n for r, n in team.items() if not 1 <= n <= TEAM_MAX}
         if bad:
             raise ValueError(f"task.team: every role has 1..{TEAM_MAX} agents; got {bad}")

@@ -70,7 +70,9 @@ class PlanPathEnv(GameEnv):
     def _distance_fits(self) -> "PlanPathEnv":
         most = self.width * self.height // 2
         if self.min_distance > most:
-            raise ValueError(f"min_distance must be in 1..={most} for a {self.width}x{self.height} grid, got {self.min_distance}")
+            raise ValueError(
+                f"min_distance must be in 1..={most} for a {self.width}x{self.height} grid, got {self.min_distance}"
+            )
         return self
 
 

@@ -27,7 +27,7 @@ from typing import *
 """Placed before APPS and LiveCodeBench solutions: both judges run candidates after a block of standard
 imports, and LeetCode stubs annotate with `List[int]` without importing it."""
 
-CALL_TEST_SETUP = '''\
+CALL_TEST_SETUP = """\
 import json as _atgrpo_json
 
 
@@ -52,7 +52,7 @@ def _atgrpo_check(name, args_json, want_json, unwrap):
     if got == want or (unwrap and isinstance(want, list) and want and got == want[0]):
         return
     raise AssertionError("%s(...) returned %.200r, expected %.200r" % (name, got, want))
-'''
+"""
 
 
 def call_test(name: str, args: list[Any], want: Any, *, unwrap: bool = False) -> str:

@@ -65,7 +65,8 @@ def _math(rec: dict[str, Any], index: int) -> MathProblem:
             raise RecordProblem("field 'solution' has no complete \\boxed{...} answer")
         answer = boxed.strip()
     return MathProblem(
-        id=need_id(rec, "unique_id", "id") if any(rec.get(k) is not None for k in ("unique_id", "id"))
+        id=need_id(rec, "unique_id", "id")
+        if any(rec.get(k) is not None for k in ("unique_id", "id"))
         else f"math/{index}",
         source="math",
         question=need_str(rec, "problem"),

@@ -47,8 +47,14 @@ def _open_bytes(path: Path):
 
 def _kind(path: Path) -> str:
     name = path.name.lower()
-    for suffix, kind in ((".jsonl.gz", "jsonl"), (".jsonl", "jsonl"), (".json.gz", "json"), (".json", "json"),
-                         (".parquet", "parquet"), (".ndjson", "jsonl")):
+    for suffix, kind in (
+        (".jsonl.gz", "jsonl"),
+        (".jsonl", "jsonl"),
+        (".json.gz", "json"),
+        (".json", "json"),
+        (".parquet", "parquet"),
+        (".ndjson", "jsonl"),
+    ):
         if name.endswith(suffix):
             return kind
     raise DatasetFileError(str(path), "unknown file type (expected .jsonl, .jsonl.gz, .json, .json.gz or .parquet)")

@@ -10,13 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from atgrpo.config import RolloutSection, RunConfig
-from atgrpo.engines.base import RolloutEngine, SamplingParams
 from atgrpo.devices import resolve_device
+from atgrpo.engines.base import RolloutEngine, SamplingParams
 from atgrpo.models.folder import ModelFacts, load_model, load_tokenizer, model_facts
 
 
 def open_engine(
-    folder: str | Path, rollout: RolloutSection, *, policy: str, dtype: str = "float32", version: int = -1,
+    folder: str | Path,
+    rollout: RolloutSection,
+    *,
+    policy: str,
+    dtype: str = "float32",
+    version: int = -1,
     engines_per_process: int = 1,
 ) -> tuple[RolloutEngine, object]:
     """(engine, tokenizer) for `folder`, in `dtype` (a run's: `rollout_dtype(cfg)`). `engines_per_process`
@@ -28,9 +33,15 @@ def open_engine(
         from atgrpo.engines.vllm_engine import VllmEngine
 
         engine: RolloutEngine = VllmEngine(
-            str(folder), policy=policy, facts=facts, dtype=dtype, device=rollout.device, version=version,
+            str(folder),
+            policy=policy,
+            facts=facts,
+            dtype=dtype,
+            device=rollout.device,
+            version=version,
             gpu_memory_utilization=rollout.vllm_gpu_memory_utilization / max(1, engines_per_process),
-            cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb, max_model_len=sequence_budget(facts, rollout),
+            cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
+            max_model_len=sequence_budget(facts, rollout),
             sleep_when_idle=rollout.vllm_sleep_when_idle,
         )
     else:
@@ -39,8 +50,12 @@ def open_engine(
         device = resolve_device(rollout.device, setting="rollout.device")
         model = load_model(folder, dtype=dtype, device=str(device))
         engine = torch_engine.TorchEngine(
-            model, policy=policy, stop_token_ids=facts.stop_token_ids, pad_token_id=facts.pad_token_id,
-            context_length=sequence_budget(facts, rollout), version=version,
+            model,
+            policy=policy,
+            stop_token_ids=facts.stop_token_ids,
+            pad_token_id=facts.pad_token_id,
+            context_length=sequence_budget(facts, rollout),
+            version=version,
         )
     return engine, tokenizer
 

@@ -34,7 +34,6 @@ from atgrpo.models.adapters import write_adapter
 from atgrpo.models.folder import load_model, load_tokenizer, model_facts
 from atgrpo.models.peft_models import AdapterWeights, attach_adapters
 
-
 CPU_LORA_MAX_BATCH = 16
 """Sequences a vLLM LoRA engine schedules at once on CPU (`SharedVllmLora`)."""
 
@@ -76,7 +75,10 @@ class SharedTorchLora:
         model = attach_adapters(load_model(folder, dtype=dtype, device=device), cfg, group, folder)
         self.adapters = {p: AdapterWeights(model, p) for p in group}
         self.engine = torch_engine.TorchEngine(
-            model, policy="+".join(group), stop_token_ids=facts.stop_token_ids, pad_token_id=facts.pad_token_id,
+            model,
+            policy="+".join(group),
+            stop_token_ids=facts.stop_token_ids,
+            pad_token_id=facts.pad_token_id,
             context_length=sequence_budget(facts, cfg.rollout),
         )
         self.stats = self.engine.stats
@@ -107,9 +109,16 @@ class SharedVllmLora:
         # generate (SmolLM2, 2 prompts, 16 tokens) took 27-96 s here against 3-13 s with 16. GPUs keep the default.
         batch = {"max_batch": CPU_LORA_MAX_BATCH} if r.device == "cpu" else {}
         self.engine = VllmEngine(
-            str(folder), policy="+".join(group), facts=facts, dtype=dtype, device=r.device, **batch,
-            gpu_memory_utilization=r.vllm_gpu_memory_utilization * memory_share, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
-            max_model_len=sequence_budget(facts, r), sleep_when_idle=r.vllm_sleep_when_idle,
+            str(folder),
+            policy="+".join(group),
+            facts=facts,
+            dtype=dtype,
+            device=r.device,
+            **batch,
+            gpu_memory_utilization=r.vllm_gpu_memory_utilization * memory_share,
+            cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
+            max_model_len=sequence_budget(facts, r),
+            sleep_when_idle=r.vllm_sleep_when_idle,
             lora=(serving_rank(cfg, group), len(group)),
         )
         self.stats = self.engine.stats
@@ -148,7 +157,11 @@ class SharedVllmLora:
 
 
 def open_adapter_engines(
-    cfg: RunConfig, group: list[str], folder: Path, dtype: str, memory_share: float = 1.0,
+    cfg: RunConfig,
+    group: list[str],
+    folder: Path,
+    dtype: str,
+    memory_share: float = 1.0,
 ) -> dict[str, tuple[AdapterEngine, object]]:
     """Policy -> (its engine view, tokenizer) for a LoRA group, served by one engine on `folder`
     (`rollout.engine`); `memory_share`: the fraction of vLLM's GPU memory setting it may take."""
@@ -157,7 +170,9 @@ def open_adapter_engines(
     if cfg.rollout.engine == "vllm":
         shared: SharedTorchLora | SharedVllmLora = SharedVllmLora(cfg, group, folder, dtype, memory_share)
     else:
-        shared = SharedTorchLora(cfg, group, folder, dtype, str(resolve_device(cfg.rollout.device, setting="rollout.device")))
+        shared = SharedTorchLora(
+            cfg, group, folder, dtype, str(resolve_device(cfg.rollout.device, setting="rollout.device"))
+        )
     tokenizer = load_tokenizer(folder)
     return {p: (AdapterEngine(shared, p), tokenizer) for p in group}
 

@@ -21,8 +21,15 @@ from atgrpo.models.tied import without_aliases
 
 class TorchEngine(RolloutEngine):
     def __init__(
-        self, model: torch.nn.Module, *, policy: str, stop_token_ids: Sequence[int], pad_token_id: int,
-        context_length: int | None = None, version: int = 0, max_batch: int = 512,
+        self,
+        model: torch.nn.Module,
+        *,
+        policy: str,
+        stop_token_ids: Sequence[int],
+        pad_token_id: int,
+        context_length: int | None = None,
+        version: int = 0,
+        max_batch: int = 512,
     ) -> None:
         if not stop_token_ids:
             raise ValueError("an engine needs at least one stop token (the model's EOS)")
@@ -50,7 +57,9 @@ class TorchEngine(RolloutEngine):
             for name, dst in state.items():
                 src = tensors[name]
                 if src.shape != dst.shape:
-                    raise ValueError(f"weights for {self.policy} v{version}: {name} has shape {tuple(src.shape)}, model wants {tuple(dst.shape)}")
+                    raise ValueError(
+                        f"weights for {self.policy} v{version}: {name} has shape {tuple(src.shape)}, model wants {tuple(dst.shape)}"
+                    )
                 dst.copy_(src)
         self.version = version
 
@@ -66,7 +75,9 @@ class TorchEngine(RolloutEngine):
         self.stats.record(time.perf_counter() - start, out)
         return out
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Completion]:
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator
+    ) -> list[Completion]:
         dev = self.device
         n, width = len(prompts), max(len(p) for p in prompts)
         ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
@@ -80,7 +91,11 @@ class TorchEngine(RolloutEngine):
         cache = DynamicCache()
         # The prefill needs the next-token logits of the last position only: not [n, width, vocab].
         logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]
         next_pos = positions[:, -1:] + 1
@@ -96,7 +111,11 @@ class TorchEngine(RolloutEngine):
                 break
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=dev)], dim=1)
             logits = self.model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, past_key_values=cache, use_cache=True
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
             ).logits[:, -1]
             next_pos = next_pos + 1
         tok_mat = torch.stack(tokens, 1).cpu()

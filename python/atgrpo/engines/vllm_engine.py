@@ -49,9 +49,20 @@ from atgrpo.models.folder import ModelFacts
 
 class VllmEngine(RolloutEngine):
     def __init__(
-        self, model_dir: str, *, policy: str, facts: ModelFacts, dtype: str = "float32", device: str = "cpu",
-        version: int = -1, gpu_memory_utilization: float = 0.8, cpu_kv_cache_gb: float = 2.0, max_batch: int = 256,
-        max_model_len: int | None = None, sleep_when_idle: bool = False, lora: tuple[int, int] | None = None,
+        self,
+        model_dir: str,
+        *,
+        policy: str,
+        facts: ModelFacts,
+        dtype: str = "float32",
+        device: str = "cpu",
+        version: int = -1,
+        gpu_memory_utilization: float = 0.8,
+        cpu_kv_cache_gb: float = 2.0,
+        max_batch: int = 256,
+        max_model_len: int | None = None,
+        sleep_when_idle: bool = False,
+        lora: tuple[int, int] | None = None,
     ) -> None:
         """`max_model_len`: tokens per sequence (prompt + response) the engine holds, at most the
         model's context (None: the model's context; vLLM then reserves KV memory for one sequence of
@@ -105,7 +116,11 @@ class VllmEngine(RolloutEngine):
         self._asleep = False
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None, lora_request=None,
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        seed: int | None = None,
+        lora_request=None,
     ) -> list[Completion]:
         """`lora_request`: the adapter every prompt of the call runs with (a `vllm.lora.request.LoRARequest`)."""
         from vllm import SamplingParams as VllmParams
@@ -129,7 +144,10 @@ class VllmEngine(RolloutEngine):
             for i in range(len(prompts))
         ]
         outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False, lora_request=lora_request,
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            sps,
+            use_tqdm=False,
+            lora_request=lora_request,
         )
         result = []
         for out in outs:

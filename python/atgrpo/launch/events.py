@@ -13,7 +13,15 @@ import msgspec
 from atgrpo.config import RunConfig
 from atgrpo.launch.progress import Progress
 from atgrpo.messages import (
-    EvalSummary, Failed, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress,
+    EvalSummary,
+    Failed,
+    HubReady,
+    LearnerEvent,
+    Notice,
+    Resumed,
+    RunSummary,
+    Stopping,
+    WarmStartProgress,
 )
 
 
@@ -32,8 +40,10 @@ def describe(event: LearnerEvent, cfg: RunConfig) -> str | None:
     if isinstance(event, Notice):
         return f"{event.level}: {event.text}"
     if isinstance(event, RunSummary) and event.eval_start is not None and event.eval_end is not None:
-        return (f"held-out success ({cfg.run.eval_seeds} eval levels): {100 * event.eval_start:.1f}% -> "
-                f"{100 * event.eval_end:.1f}% ({event.improvement_points:+.1f} points) after {event.steps} steps")
+        return (
+            f"held-out success ({cfg.run.eval_seeds} eval levels): {100 * event.eval_start:.1f}% -> "
+            f"{100 * event.eval_end:.1f}% ({event.improvement_points:+.1f} points) after {event.steps} steps"
+        )
     return None
 
 

@@ -78,8 +78,15 @@ class ModelShape:
     def linear_dims(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each decoder linear layer, by the name peft's targets match."""
         h, i, q, kv = self.hidden, self.intermediate, self.q_dim or self.hidden, self.kv_dim
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def adapter_params(self, r: int, targets: list[str]) -> int:
         """Parameters of a rank-`r` LoRA adapter on `targets` (A: r x in, B: out x r, every layer). A
@@ -262,7 +269,8 @@ def plan(cfg: RunConfig, shapes: dict[str, ModelShape], gpu_bytes: int) -> list[
     over = [ld for ld in loads.values() if ld.need() > HEADROOM * ld.total]
     if over:
         raise PlacementError(
-            "the GPU plan does not fit: " + "; ".join(ld.describe() for ld in over)
+            "the GPU plan does not fit: "
+            + "; ".join(ld.describe() for ld in over)
             + ". Lower rollout.vllm_gpu_memory_utilization or train.micro_batch_tokens, set "
             "train.gradient_checkpointing, use DeepSpeed ZeRO over more learner GPUs, or give the actors "
             "their own GPUs (launch.actor_devices)"
@@ -281,11 +289,17 @@ def model_shapes(cfg: RunConfig) -> dict[str, ModelShape]:
             out[p] = ModelShape.from_hf_config(json.loads((Path(source) / "config.json").read_text()))
         else:
             t = pc.tiny
-            out[p] = ModelShape.from_hf_config({
-                "hidden_size": t.hidden_size, "num_hidden_layers": t.num_layers, "intermediate_size": t.intermediate_size,
-                "vocab_size": 128, "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_kv_heads,
-                "tie_word_embeddings": True,
-            })
+            out[p] = ModelShape.from_hf_config(
+                {
+                    "hidden_size": t.hidden_size,
+                    "num_hidden_layers": t.num_layers,
+                    "intermediate_size": t.intermediate_size,
+                    "vocab_size": 128,
+                    "num_attention_heads": t.num_heads,
+                    "num_key_value_heads": t.num_kv_heads,
+                    "tie_word_embeddings": True,
+                }
+            )
     return out
 
 

@@ -71,7 +71,9 @@ class LocalRun:
         return subprocess.Popen(
             [*self.actor_cmd, "--address", self.address or "-", "--id", f"actor{i}"],
             stdin=subprocess.DEVNULL if self.address else subprocess.PIPE,
-            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env=child_env([gpus[i % len(gpus)]] if gpus else []),
         )
 
@@ -100,13 +102,18 @@ class LocalRun:
                 if a is None or a.poll() in (None, 0):
                     continue
                 self.restarts[i] = self.restarts.get(i, 0) + 1
-                self.say(f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)")
+                self.say(
+                    f"actor{i} exited with {a.returncode}; see {self.logs}/actor{i}.log (its units are reassigned)"
+                )
                 if self.restarts[i] <= self.cfg.launch.max_actor_restarts:
                     self.actors[i] = self.spawn_actor(i)
                     continue
                 self.actors[i] = None
                 if all(x is None for x in self.actors):
-                    print(f"every actor failed {self.cfg.launch.max_actor_restarts + 1} times; stopping the learner", file=sys.stderr)
+                    print(
+                        f"every actor failed {self.cfg.launch.max_actor_restarts + 1} times; stopping the learner",
+                        file=sys.stderr,
+                    )
                     stop_process(learner)
 
     def run(self) -> int:
@@ -118,7 +125,12 @@ class LocalRun:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         learner_log = open(self.logs / "learner.log", "a")
         learner = subprocess.Popen(
-            self.learner_cmd, stdout=subprocess.PIPE, stderr=learner_log, text=True, bufsize=1, start_new_session=True,
+            self.learner_cmd,
+            stdout=subprocess.PIPE,
+            stderr=learner_log,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
             env=child_env(self.cfg.launch.learner_devices),
         )
         reader = threading.Thread(target=self.read_events, args=(learner,), daemon=True)
@@ -164,7 +176,9 @@ def child_env(gpus: list[int]) -> dict[str, str]:
     mine = os.environ.get("CUDA_VISIBLE_DEVICES")
     host = [x.strip() for x in mine.split(",") if x.strip()] if mine else None
     if host is not None and max(gpus) >= len(host):
-        raise PlacementError(f"launch.*_devices name GPU {max(gpus)}, but the launcher sees {len(host)} (CUDA_VISIBLE_DEVICES={mine})")
+        raise PlacementError(
+            f"launch.*_devices name GPU {max(gpus)}, but the launcher sees {len(host)} (CUDA_VISIBLE_DEVICES={mine})"
+        )
     env["CUDA_VISIBLE_DEVICES"] = ",".join(host[g] if host is not None else str(g) for g in gpus)
     return env
 
@@ -175,8 +189,17 @@ def learner_command(module_cmd: list[str], ranks: int) -> list[str]:
     if ranks <= 1:
         return module_cmd
     python, _, module, *rest = module_cmd
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *torchrun_shutdown_args(),
-            "-m", module, *rest]
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={ranks}",
+        *torchrun_shutdown_args(),
+        "-m",
+        module,
+        *rest,
+    ]
 
 
 def torchrun_shutdown_args() -> list[str]:
@@ -188,8 +211,11 @@ def torchrun_shutdown_args() -> list[str]:
     options = {o for action in get_args_parser()._actions for o in action.option_strings}
     if "--shutdown-timeout" in options:
         return [f"--shutdown-timeout={TORCHRUN_SHUTDOWN_S}"]
-    log.warning("this torch's torchrun has no --shutdown-timeout: after Ctrl-C the learner ranks get 30 s, "
-                "not %d, to checkpoint", TORCHRUN_SHUTDOWN_S)
+    log.warning(
+        "this torch's torchrun has no --shutdown-timeout: after Ctrl-C the learner ranks get 30 s, "
+        "not %d, to checkpoint",
+        TORCHRUN_SHUTDOWN_S,
+    )
     return []
 
 

@@ -62,8 +62,10 @@ def _probe(address: str, timeout_s: float) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise LaunchError(f"the Ray cluster at {address} cannot be reached ({exc}); is `ray start --head` running "
-                          "there, and is launch.ray_address right?") from None
+        raise LaunchError(
+            f"the Ray cluster at {address} cannot be reached ({exc}); is `ray start --head` running "
+            "there, and is launch.ray_address right?"
+        ) from None
 
 
 def connect(cfg: RunConfig, group: list[Bundle]) -> Connection:
@@ -93,11 +95,15 @@ def connect(cfg: RunConfig, group: list[Bundle]) -> Connection:
     # A local instance counts at least the CPUs the run asks for (Ray's CPUs are bookkeeping: the
     # local launcher too runs a learner and two actors on a 2-core laptop) and the custom resources.
     custom = {k for b in group for k in b.resources if k not in ("CPU", "GPU")}
-    local = {} if target is not None else {
-        "include_dashboard": False,
-        "num_cpus": max(os.cpu_count() or 1, math.ceil(sum(b.resources.get("CPU", 0.0) for b in group))),
-        "resources": {k: float(math.ceil(sum(b.resources.get(k, 0.0) for b in group))) for k in custom} or None,
-    }
+    local = (
+        {}
+        if target is not None
+        else {
+            "include_dashboard": False,
+            "num_cpus": max(os.cpu_count() or 1, math.ceil(sum(b.resources.get("CPU", 0.0) for b in group))),
+            "resources": {k: float(math.ceil(sum(b.resources.get(k, 0.0) for b in group))) for k in custom} or None,
+        }
+    )
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False, **local)
     except Exception as exc:  # noqa: BLE001 - every way Ray fails to connect is reported the same way
@@ -125,11 +131,17 @@ def bundles(cfg: RunConfig, ranks: int, actors: int) -> list[Bundle]:
         return out | ({"GPU": gpus * times} if gpus else {})
 
     if la.ray_learner_spread:
-        learner = [Bundle("learner" if r == 0 else f"learner{r}", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources))
-                   for r in range(ranks)]
+        learner = [
+            Bundle(
+                "learner" if r == 0 else f"learner{r}", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources)
+            )
+            for r in range(ranks)
+        ]
     else:
         learner = [Bundle("learner", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources, ranks))]
-    return learner + [Bundle(f"actor{i}", res(la.ray_actor_cpus, actor_gpus, la.ray_actor_resources)) for i in range(actors)]
+    return learner + [
+        Bundle(f"actor{i}", res(la.ray_actor_cpus, actor_gpus, la.ray_actor_resources)) for i in range(actors)
+    ]
 
 
 def alive_nodes() -> list[dict[str, Any]]:
@@ -140,10 +152,17 @@ def alive_nodes() -> list[dict[str, Any]]:
 
 def describe_nodes(nodes: list[dict[str, Any]]) -> str:
     def short(res: dict[str, float]) -> str:
-        keep = {k: v for k, v in res.items() if not k.startswith(("node:", "object_store_memory", "memory", "accelerator_type"))}
+        keep = {
+            k: v
+            for k, v in res.items()
+            if not k.startswith(("node:", "object_store_memory", "memory", "accelerator_type"))
+        }
         return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
 
-    return "; ".join(f"{n.get('NodeManagerAddress', '?')} {short(n.get('Resources', {}))}" for n in nodes) or "no node alive"
+    return (
+        "; ".join(f"{n.get('NodeManagerAddress', '?')} {short(n.get('Resources', {}))}" for n in nodes)
+        or "no node alive"
+    )
 
 
 def describe_request(group: list[Bundle]) -> str:
@@ -157,9 +176,12 @@ def unfit(group: list[Bundle], nodes: list[dict[str, Any]]) -> str | None:
     for b in sorted(group, key=lambda b: (-b.resources.get("GPU", 0.0), -b.resources.get("CPU", 0.0))):
         home = next((f for f in free if all(f.get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items())), None)
         if home is None:
-            fits_alone = any(all(n.get("Resources", {}).get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items()) for n in nodes)
-            return (f"{b.role} needs {b.resources}" + (" and the bundles before it took the room" if fits_alone
-                                                         else ", which no single node has"))
+            fits_alone = any(
+                all(n.get("Resources", {}).get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items()) for n in nodes
+            )
+            return f"{b.role} needs {b.resources}" + (
+                " and the bundles before it took the room" if fits_alone else ", which no single node has"
+            )
         for k, v in b.resources.items():
             home[k] -= v
     return None
@@ -172,8 +194,10 @@ def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> Any:
     nodes = alive_nodes()
     why = unfit(group, nodes)
     if why:
-        raise LaunchError(f"the Ray cluster cannot hold this run: {why}. Asked: {describe_request(group)}. "
-                          f"Nodes: {describe_nodes(nodes)}")
+        raise LaunchError(
+            f"the Ray cluster cannot hold this run: {why}. Asked: {describe_request(group)}. "
+            f"Nodes: {describe_nodes(nodes)}"
+        )
     pg = placement_group([b.resources for b in group], strategy="SPREAD", name=name)
     timeout = cfg.launch.ray_placement_timeout_s
     try:
@@ -183,9 +207,11 @@ def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> Any:
         raise
     if not ready:
         remove_placement_group(pg)
-        raise LaunchError(f"the run's placement group was not reserved within {timeout:g} s "
-                          f"(launch.ray_placement_timeout_s): other jobs hold the resources, or a node was lost. "
-                          f"Asked: {describe_request(group)}. Nodes now: {describe_nodes(alive_nodes())}")
+        raise LaunchError(
+            f"the run's placement group was not reserved within {timeout:g} s "
+            f"(launch.ray_placement_timeout_s): other jobs hold the resources, or a node was lost. "
+            f"Asked: {describe_request(group)}. Nodes now: {describe_nodes(alive_nodes())}"
+        )
     return pg
 
 
@@ -202,9 +228,21 @@ def cluster_gpu_bytes(timeout_s: float) -> int:
     try:
         return ray.get(ray.remote(num_gpus=1, num_cpus=0)(total).remote(), timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - no free GPU in time, or none with CUDA
-        raise LaunchError(f"could not ask a GPU node for its memory within {timeout_s:g} s ({exc}); set "
-                          "launch.gpu_memory_gb to plan without asking") from None
+        raise LaunchError(
+            f"could not ask a GPU node for its memory within {timeout_s:g} s ({exc}); set "
+            "launch.gpu_memory_gb to plan without asking"
+        ) from None
 
 
-__all__ = ["Bundle", "Connection", "RAY_EXTRA", "bundles", "cluster_gpu_bytes", "connect", "describe_nodes", "import_ray",
-           "reserve", "unfit"]
+__all__ = [
+    "Bundle",
+    "Connection",
+    "RAY_EXTRA",
+    "bundles",
+    "cluster_gpu_bytes",
+    "connect",
+    "describe_nodes",
+    "import_ray",
+    "reserve",
+    "unfit",
+]

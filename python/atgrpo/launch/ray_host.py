@@ -95,7 +95,9 @@ class ProcessHost:
         Path(spec.log_dir).mkdir(parents=True, exist_ok=True)
         self.log_path = Path(spec.log_dir) / f"{spec.name}.log"
         self.log = open(self.log_path, "a")
-        self.log.write(f"--- {spec.name} started by Ray on {socket.gethostname()} ({node_ip()}), host pid {os.getpid()}\n")
+        self.log.write(
+            f"--- {spec.name} started by Ray on {socket.gethostname()} ({node_ip()}), host pid {os.getpid()}\n"
+        )
         self.log.flush()
         env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
         # Ray sets OMP_NUM_THREADS to the actor's reserved CPUs (1 by default); the child's threads
@@ -106,8 +108,13 @@ class ProcessHost:
         self.child = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE if spec.stdin_address else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if spec.events else self.log, stderr=self.log, text=True, bufsize=1,
-            env=env, preexec_fn=_die_with_parent, start_new_session=True,
+            stdout=subprocess.PIPE if spec.events else self.log,
+            stderr=self.log,
+            text=True,
+            bufsize=1,
+            env=env,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
         )
         self.started = time.time()
         self.has_address = not spec.stdin_address
@@ -152,9 +159,18 @@ class ProcessHost:
         to the run's processes.jsonl for each new incarnation."""
         import ray
 
-        return {"name": self.spec.name, "node_id": ray.get_runtime_context().get_node_id(), "node_ip": node_ip(),
-                "host": socket.gethostname(), "pid": self.child.pid, "host_pid": os.getpid(), "started": self.started,
-                "log": str(self.log_path), "rc": self.child.poll(), "has_address": self.has_address}
+        return {
+            "name": self.spec.name,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": node_ip(),
+            "host": socket.gethostname(),
+            "pid": self.child.pid,
+            "host_pid": os.getpid(),
+            "started": self.started,
+            "log": str(self.log_path),
+            "rc": self.child.poll(),
+            "has_address": self.has_address,
+        }
 
     def take(self) -> tuple[list[str], list[str]]:
         """The learner events and metrics.jsonl lines since the last call."""

@@ -70,16 +70,21 @@ def resolved(cfg: RunConfig) -> RunConfig:
 def check_ray_config(cfg: RunConfig) -> None:
     """What a Ray run cannot do, refused before anything starts."""
     if cfg.launch.actor_devices:
-        raise PlacementError("launch.actor_devices names GPUs of one host; under launch.backend = 'ray', Ray assigns "
-                             "each actor its GPU: set launch.ray_actor_gpus (1, or a fraction to share) instead")
+        raise PlacementError(
+            "launch.actor_devices names GPUs of one host; under launch.backend = 'ray', Ray assigns "
+            "each actor its GPU: set launch.ray_actor_gpus (1, or a fraction to share) instead"
+        )
     for setting, device in (("train.device", cfg.train.device), ("rollout.device", cfg.rollout.device)):
         if device.startswith("cuda:"):
-            raise PlacementError(f"{setting} = {device!r}: under Ray each process sees only the GPUs Ray gave it; "
-                                 "say 'cuda' (Ray picks the GPU) or 'cpu'")
+            raise PlacementError(
+                f"{setting} = {device!r}: under Ray each process sees only the GPUs Ray gave it; "
+                "say 'cuda' (Ray picks the GPU) or 'cpu'"
+            )
     ep = cfg.transport.endpoint
     if ep and not ep.startswith("tcp://"):
-        raise PlacementError(f"transport.endpoint = {ep!r}: a Ray run's hub binds tcp on its node; leave it empty "
-                             "or give tcp://*:PORT")
+        raise PlacementError(
+            f"transport.endpoint = {ep!r}: a Ray run's hub binds tcp on its node; leave it empty or give tcp://*:PORT"
+        )
 
 
 def ray_plan(cfg: RunConfig, gpu_bytes: int) -> list:
@@ -112,8 +117,11 @@ def run_keys(cfg: RunConfig) -> tuple[dict[str, bytes], dict[str, bytes]]:
     def read(folder: Path) -> tuple[dict[str, bytes], dict[str, bytes]]:
         keys.actor_keys(folder, name)  # both halves exist and load, else a CurveKeyError naming them
         accepted = {f"{keys.ACTORS_DIR}/{p.name}": p.read_bytes() for p in (folder / keys.ACTORS_DIR).glob("*.key")}
-        hub = {"hub.key": (folder / "hub.key").read_bytes(), "hub.key_secret": (folder / "hub.key_secret").read_bytes(),
-               **accepted}
+        hub = {
+            "hub.key": (folder / "hub.key").read_bytes(),
+            "hub.key_secret": (folder / "hub.key_secret").read_bytes(),
+            **accepted,
+        }
         return hub, {"hub.key": hub["hub.key"], **{rel: (folder / rel).read_bytes() for rel in actor_rel}}
 
     if cfg.transport.curve_keys:
@@ -149,8 +157,9 @@ class RayRun:
         if not (cfg.train.device.startswith("cuda") or cfg.rollout.device.startswith("cuda")):
             return
         gpu_bytes = int(la.gpu_memory_gb * GB) if la.gpu_memory_gb else cluster_gpu_bytes(la.ray_placement_timeout_s)
-        for load in ray_plan(cfg.model_copy(update={"launch": la.model_copy(update={"actors": self.n_actors})}),
-                             gpu_bytes):
+        for load in ray_plan(
+            cfg.model_copy(update={"launch": la.model_copy(update={"actors": self.n_actors})}), gpu_bytes
+        ):
             print(f"plan: {load.describe()}", flush=True)
 
     def _host(self, spec: ChildSpec, bundle: Bundle, index: int, restarts: int) -> Any:
@@ -159,11 +168,20 @@ class RayRun:
 
         res = dict(bundle.resources)
         cpus, gpus = res.pop("CPU", 0.0), res.pop("GPU", 0.0)
-        return ray.remote(ProcessHost).options(
-            name=f"{self.tag}-{spec.name}", namespace=NAMESPACE, max_restarts=restarts, max_task_retries=0,
-            num_cpus=cpus, num_gpus=gpus, resources=res or None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=index),
-        ).remote(spec)
+        return (
+            ray.remote(ProcessHost)
+            .options(
+                name=f"{self.tag}-{spec.name}",
+                namespace=NAMESPACE,
+                max_restarts=restarts,
+                max_task_retries=0,
+                num_cpus=cpus,
+                num_gpus=gpus,
+                resources=res or None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=index),
+            )
+            .remote(spec)
+        )
 
     def _start(self, group: list[Bundle]) -> None:
         import ray
@@ -177,17 +195,31 @@ class RayRun:
         spread = self.cfg.launch.ray_learner_spread and len(learner_bundles) > 1
         env: dict[str, str] = {}
         if spread:  # torch.distributed's rendezvous on rank 0's node, found before any rank starts
-            probe = ray.remote(ProcessHost.free_port_on_node).options(
-                num_cpus=0.0, scheduling_strategy=_in_bundle(self.pg, learner_bundles[0])).remote()
+            probe = (
+                ray.remote(ProcessHost.free_port_on_node)
+                .options(num_cpus=0.0, scheduling_strategy=_in_bundle(self.pg, learner_bundles[0]))
+                .remote()
+            )
             master, master_port = ray.get(probe, timeout=HOST_START_S)
-            env = {"MASTER_ADDR": master, "MASTER_PORT": str(master_port), "WORLD_SIZE": str(len(learner_bundles)),
-                   "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
+            env = {
+                "MASTER_ADDR": master,
+                "MASTER_PORT": str(master_port),
+                "WORLD_SIZE": str(len(learner_bundles)),
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1",
+                "GROUP_RANK": "0",
+            }
         for r, index in enumerate(learner_bundles if spread else learner_bundles[:1]):
             spec = ChildSpec(
-                name="learner" if r == 0 else f"learner{r}", module="atgrpo.cli.learner",
-                args=["--address", f"tcp://{{node_ip}}:{port}"], config_text=text, log_dir=logs,
-                key_files=hub_keys if r == 0 else {}, env={**env, "RANK": str(r), "GROUP_RANK": str(r)} if spread else {},
-                events=r == 0, metrics=str(self.out / "metrics.jsonl") if r == 0 else None,
+                name="learner" if r == 0 else f"learner{r}",
+                module="atgrpo.cli.learner",
+                args=["--address", f"tcp://{{node_ip}}:{port}"],
+                config_text=text,
+                log_dir=logs,
+                key_files=hub_keys if r == 0 else {},
+                env={**env, "RANK": str(r), "GROUP_RANK": str(r)} if spread else {},
+                events=r == 0,
+                metrics=str(self.out / "metrics.jsonl") if r == 0 else None,
                 torchrun_ranks=1 if spread else max(1, len(self.cfg.launch.learner_devices)),
             )
             proc = Proc(spec.name, self._host(spec, group[index], index, 0), index)
@@ -196,10 +228,19 @@ class RayRun:
                 self.learner = proc
         actor_bundles = [i for i, b in enumerate(group) if b.role.startswith("actor")]
         for i, index in enumerate(actor_bundles):
-            spec = ChildSpec(name=f"actor{i}", module="atgrpo.cli.actor", args=["--id", f"actor{i}"], config_text=text,
-                             log_dir=logs, key_files=actor_keys, stdin_address=True, exit_on_failure=True)
-            self.actors.append(Proc(spec.name, self._host(spec, group[index], index, self.cfg.launch.max_actor_restarts),
-                                    index))
+            spec = ChildSpec(
+                name=f"actor{i}",
+                module="atgrpo.cli.actor",
+                args=["--id", f"actor{i}"],
+                config_text=text,
+                log_dir=logs,
+                key_files=actor_keys,
+                stdin_address=True,
+                exit_on_failure=True,
+            )
+            self.actors.append(
+                Proc(spec.name, self._host(spec, group[index], index, self.cfg.launch.max_actor_restarts), index)
+            )
 
     # -- supervise -----------------------------------------------------------------------------
     def _hub_ready(self, address: str) -> None:
@@ -209,13 +250,18 @@ class RayRun:
     def _record(self, proc: Proc, info: dict) -> None:
         restarted = proc.incarnation != -1
         proc.incarnation = info["pid"]
-        row = {"time": time.time(), "event": "restarted" if restarted else "started",
-               **{k: v for k, v in info.items() if k not in ("rc", "has_address")}}
+        row = {
+            "time": time.time(),
+            "event": "restarted" if restarted else "started",
+            **{k: v for k, v in info.items() if k not in ("rc", "has_address")},
+        }
         with open(self.out / "processes.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         if restarted:
-            self.view.say(f"{proc.name} restarted by Ray on {info['node_ip']} (node {info['node_id'][:8]}); "
-                          "its units are reissued")
+            self.view.say(
+                f"{proc.name} restarted by Ray on {info['node_ip']} (node {info['node_id'][:8]}); "
+                "its units are reissued"
+            )
 
     def _check(self, proc: Proc) -> None:
         """One look at a host: record a new incarnation, hand it the hub's address, note an exit."""
@@ -235,8 +281,10 @@ class RayRun:
         except ActorDiedError as exc:
             if _dead_for_good(proc.handle):
                 proc.gone = True
-                self.view.say(f"{proc.name} is lost for good (Ray restarted it {self.cfg.launch.max_actor_restarts} "
-                              f"times): {_first_line(exc)}")
+                self.view.say(
+                    f"{proc.name} is lost for good (Ray restarted it {self.cfg.launch.max_actor_restarts} "
+                    f"times): {_first_line(exc)}"
+                )
             return
         except (RayActorError, GetTimeoutError):
             return
@@ -275,8 +323,11 @@ class RayRun:
                 self._pump()
                 return
             if self.actors and all(a.gone and a.rc != 0 for a in self.actors) and not warned:
-                print(f"every actor is lost (Ray restarted each {self.cfg.launch.max_actor_restarts} times); "
-                      "stopping the learner", file=sys.stderr)
+                print(
+                    f"every actor is lost (Ray restarted each {self.cfg.launch.max_actor_restarts} times); "
+                    "stopping the learner",
+                    file=sys.stderr,
+                )
                 self.learner.handle.send_signal.remote(int(signal.SIGINT))
                 warned = True
             time.sleep(POLL_S)
@@ -356,8 +407,11 @@ class RayRun:
                 self.conn.close()
             self.view.close(str(self.logs))
         if failed:
-            print(f"learner failed (exit {self.learner.rc}); its log ({self.logs / 'learner.log'} on its node) ends:\n"
-                  f"{tail}", file=sys.stderr)
+            print(
+                f"learner failed (exit {self.learner.rc}); its log ({self.logs / 'learner.log'} on its node) ends:\n"
+                f"{tail}",
+                file=sys.stderr,
+            )
         if interrupted:
             return interrupted
         return 0 if self.learner is not None and self.learner.rc == 0 else 1
@@ -370,8 +424,9 @@ class RayRun:
         try:
             ray.get(self.learner.handle.info.remote(), timeout=HOST_START_S)
         except Exception as exc:  # noqa: BLE001 - a node lost while starting, a worker that cannot start
-            raise LaunchError(f"the learner's process did not start on the cluster within {HOST_START_S:g} s: "
-                              f"{_first_line(exc)}") from None
+            raise LaunchError(
+                f"the learner's process did not start on the cluster within {HOST_START_S:g} s: {_first_line(exc)}"
+            ) from None
 
 
 def _in_bundle(pg: Any, index: int) -> Any:

@@ -126,7 +126,9 @@ class TrajectoryGrouping:
         return GroupKey(key.env, 0, 0)
 
 
-GROUPINGS: dict[str, Grouping] = {g.name: g for g in (AgentTurnGrouping(), AgentGrouping(), TurnGrouping(), TrajectoryGrouping())}
+GROUPINGS: dict[str, Grouping] = {
+    g.name: g for g in (AgentTurnGrouping(), AgentGrouping(), TurnGrouping(), TrajectoryGrouping())
+}
 
 
 def grouping(name: str) -> Grouping:
@@ -143,5 +145,12 @@ def step_advantages(samples: Sequence[Sample], grouping_name: str) -> Advantages
 
 
 __all__ = [
-    "Advantages", "AgentGrouping", "AgentTurnGrouping", "TurnGrouping", "Grouping", "TrajectoryGrouping", "grouping", "step_advantages",
+    "Advantages",
+    "AgentGrouping",
+    "AgentTurnGrouping",
+    "TurnGrouping",
+    "Grouping",
+    "TrajectoryGrouping",
+    "grouping",
+    "step_advantages",
 ]

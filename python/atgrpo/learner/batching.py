@@ -46,7 +46,9 @@ def build_microbatches(
     `max_tokens` tokens; `share_prefix` picks the shared-prefix layout (`train.share_prefix`).
     `MicroBatch.sample_index` refers to positions in `samples`."""
     seqs = Sequences(
-        [s.prompt_ids for s in samples], [s.response_ids for s in samples], [s.logprobs for s in samples],
+        [s.prompt_ids for s in samples],
+        [s.response_ids for s in samples],
+        [s.logprobs for s in samples],
         np.asarray(advantages, dtype=np.float64),
     )
     return pack(seqs, max_tokens=max_tokens, pad_id=pad_id, aggregation=aggregation, share_prefix=share_prefix)
@@ -69,7 +71,9 @@ def pack(seqs: Sequences, *, max_tokens: int, pad_id: int, aggregation: str, sha
         raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', got {aggregation!r}")
     n = len(seqs.prompts)
     if seqs.advantages.shape != (n,) or not np.isfinite(seqs.advantages).all():
-        raise ValueError(f"need one finite advantage per sample: {n} samples, advantages of shape {seqs.advantages.shape}")
+        raise ValueError(
+            f"need one finite advantage per sample: {n} samples, advantages of shape {seqs.advantages.shape}"
+        )
     if share_prefix:
         return pack_shared_prefix(seqs, max_tokens=max_tokens, pad_id=pad_id, aggregation=aggregation)
     if n == 0:
@@ -89,12 +93,27 @@ def _pack_plain(seqs: Sequences, max_tokens: int, pad_id: int, aggregation: str)
     for idx in kernels.plan_microbatches(lengths, max_tokens):
         padded = kernels.pad_batch(tokens, offsets, prompt_lens, seqs.advantages, idx, pad_id=pad_id)
         out.append(
-            finish(padded.input_ids, padded.attention_mask, padded.loss_mask, padded.token_advantages, seqs, idx.tolist(), aggregation)
+            finish(
+                padded.input_ids,
+                padded.attention_mask,
+                padded.loss_mask,
+                padded.token_advantages,
+                seqs,
+                idx.tolist(),
+                aggregation,
+            )
         )
     return out
 
 
 __all__ = [
-    "AGGREGATIONS", "MicroBatch", "Sequences", "SharedPrefix", "build_microbatches", "loss_normalizer", "pack",
-    "pair_microbatches", "token_weights",
+    "AGGREGATIONS",
+    "MicroBatch",
+    "Sequences",
+    "SharedPrefix",
+    "build_microbatches",
+    "loss_normalizer",
+    "pack",
+    "pair_microbatches",
+    "token_weights",
 ]

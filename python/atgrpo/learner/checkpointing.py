@@ -109,6 +109,11 @@ class _CacheOnce:
 
 
 __all__ = [
-    "CHUNK_ATTRIBUTE", "DEFAULT_LOGIT_CHUNK_TOKENS", "configure_learner_model", "decoder_layers",
-    "enable_gradient_checkpointing", "is_checkpointed", "logit_chunk_tokens",
+    "CHUNK_ATTRIBUTE",
+    "DEFAULT_LOGIT_CHUNK_TOKENS",
+    "configure_learner_model",
+    "decoder_layers",
+    "enable_gradient_checkpointing",
+    "is_checkpointed",
+    "logit_chunk_tokens",
 ]

@@ -49,9 +49,20 @@ COMPLETE = "COMPLETE"
 """File inside `step_<n>/`: every rank's part of the checkpoint is on disk (`mark_latest` writes it)."""
 KEEP = "KEEP"
 """File inside `step_<n>/`, made by the user: retention never removes this checkpoint."""
-RESUMABLE_CHANGES = ("run.steps", "run.time_limit_s", "run.eval_every", "run.checkpoint_every", "run.resume",
-                     "run.allow_config_change", "run.keep_checkpoints", "run.keep_checkpoint_steps",
-                     "train.streaming", "launch.", "metrics.", "transport.")
+RESUMABLE_CHANGES = (
+    "run.steps",
+    "run.time_limit_s",
+    "run.eval_every",
+    "run.checkpoint_every",
+    "run.resume",
+    "run.allow_config_change",
+    "run.keep_checkpoints",
+    "run.keep_checkpoint_steps",
+    "train.streaming",
+    "launch.",
+    "metrics.",
+    "transport.",
+)
 """Config keys (or section prefixes) a resumed run may change: how long and where it runs and what
 it keeps on disk, not what it learns (streaming trains the same update as the batch path)."""
 
@@ -99,8 +110,14 @@ def mark_incomplete(folder: Path) -> None:
 
 def write_state(folder: Path, state: RunState) -> None:
     """Rank 0: the run state and RNG states, beside the backends' checkpoint in `folder`."""
-    (folder / "state.json").write_text(json.dumps({"step": state.step, "versions": state.versions, "eval_start": state.eval_start}))
-    rng: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}
+    (folder / "state.json").write_text(
+        json.dumps({"step": state.step, "versions": state.versions, "eval_start": state.eval_start})
+    )
+    rng: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.random.get_rng_state(),
+    }
     if _uses_cuda():
         rng["cuda"] = torch.cuda.get_rng_state_all()  # CPU byte tensors, one per visible device
     torch.save(rng, folder / "rng.pt")
@@ -137,8 +154,14 @@ def _restore_cuda_rng(states: list[torch.Tensor] | None, folder: Path) -> None:
         return
     count = torch.cuda.device_count()
     if len(states) != count:
-        log.warning("%s holds CUDA RNG states of %d devices, this process sees %d: the first %d are restored, "
-                    "so this resume is not bit-exact", folder, len(states), count, min(count, len(states)))
+        log.warning(
+            "%s holds CUDA RNG states of %d devices, this process sees %d: the first %d are restored, "
+            "so this resume is not bit-exact",
+            folder,
+            len(states),
+            count,
+            min(count, len(states)),
+        )
     torch.cuda.set_rng_state_all(states[:count])
 
 
@@ -218,6 +241,16 @@ def check_and_write_config(cfg: RunConfig, out: Path, resuming: bool) -> None:
 
 
 __all__ = [
-    "COMPLETE", "KEEP", "RunState", "check_and_write_config", "config_changes", "export_model_folder",
-    "latest_checkpoint", "mark_incomplete", "mark_latest", "read_state", "step_folder", "write_state",
+    "COMPLETE",
+    "KEEP",
+    "RunState",
+    "check_and_write_config",
+    "config_changes",
+    "export_model_folder",
+    "latest_checkpoint",
+    "mark_incomplete",
+    "mark_latest",
+    "read_state",
+    "step_folder",
+    "write_state",
 ]

@@ -68,7 +68,9 @@ def dist_env() -> DistEnv:
     if world_size > 1:
         missing = [k for k in ENV_KEYS if k not in os.environ]
         if missing:
-            raise RuntimeError(f"WORLD_SIZE={world_size} but {', '.join(missing)} not set; start under torchrun or deepspeed")
+            raise RuntimeError(
+                f"WORLD_SIZE={world_size} but {', '.join(missing)} not set; start under torchrun or deepspeed"
+            )
     return DistEnv(
         rank=int(os.environ.get("RANK", "0")),
         world_size=world_size,

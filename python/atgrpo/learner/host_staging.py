@@ -77,7 +77,9 @@ class HostStager:
         self.pinned_exports = 0
         """Exports that went through pinned buffers (the rest took the plain path)."""
 
-    def to_host(self, tensors: Mapping[str, torch.Tensor], float_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def to_host(
+        self, tensors: Mapping[str, torch.Tensor], float_dtype: torch.dtype | None = None
+    ) -> dict[str, torch.Tensor]:
         """Contiguous CPU copies of `tensors` by name, floating ones in `float_dtype` (None: as they are)."""
         items = [(k, v.detach()) for k, v in tensors.items()]
         dtypes = [float_dtype if float_dtype is not None and v.is_floating_point() else v.dtype for _, v in items]

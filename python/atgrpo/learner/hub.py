@@ -126,7 +126,13 @@ class Hub(HubLoop):
             self._weights.put(policy, version, messages)
 
     def open_round(
-        self, step: int, seeds: list[int], envs_per_unit: int, *, split: str, greedy: bool,
+        self,
+        step: int,
+        seeds: list[int],
+        envs_per_unit: int,
+        *,
+        split: str,
+        greedy: bool,
         restored: list[CommittedUnit] | None = None,
     ) -> int:
         """Queue a step's (or an evaluation's) seeds as units; returns the round's id. `restored`:
@@ -152,7 +158,11 @@ class Hub(HubLoop):
             return rnd.round_id
 
     def take(
-        self, round_id: int | None = None, *, stall_timeout_s: float, round_timeout_s: float | None = None,
+        self,
+        round_id: int | None = None,
+        *,
+        stall_timeout_s: float,
+        round_timeout_s: float | None = None,
         poll_s: float = 0.5,
     ) -> list[CommittedUnit] | None:
         """The round's committed units not taken yet (at least one; blocks until then), or None once
@@ -195,7 +205,11 @@ class Hub(HubLoop):
             return units
 
     def wait_round(
-        self, round_id: int | None = None, *, stall_timeout_s: float, round_timeout_s: float | None = None,
+        self,
+        round_id: int | None = None,
+        *,
+        stall_timeout_s: float,
+        round_timeout_s: float | None = None,
         poll_s: float = 0.5,
     ) -> StepData:
         """Block until every unit of the round is in and return them all (the round is then closed);
@@ -203,8 +217,11 @@ class Hub(HubLoop):
         with self._lock:
             rnd = self._get_round(round_id)
         units: list[CommittedUnit] = []
-        while (got := self.take(rnd.round_id, stall_timeout_s=stall_timeout_s, round_timeout_s=round_timeout_s,
-                                poll_s=poll_s)) is not None:
+        while (
+            got := self.take(
+                rnd.round_id, stall_timeout_s=stall_timeout_s, round_timeout_s=round_timeout_s, poll_s=poll_s
+            )
+        ) is not None:
             units += got
         return StepData.of(rnd.step, units, time.monotonic() - rnd.started, self.staleness)
 

@@ -222,8 +222,15 @@ class HubLoop:
             return
         self._logged.add((actor, fault.reason))
         action = "unit refused" if fault.scope == "unit" else "group dropped"
-        log.warning("actor %s, unit %d: %s, %s: %s (logged once per actor and reason; all are counted as "
-                    "hub/rejected_%s)", actor, unit_id, action, fault.reason, fault.detail[:_MAX_DETAIL], fault.reason)
+        log.warning(
+            "actor %s, unit %d: %s, %s: %s (logged once per actor and reason; all are counted as hub/rejected_%s)",
+            actor,
+            unit_id,
+            action,
+            fault.reason,
+            fault.detail[:_MAX_DETAIL],
+            fault.reason,
+        )
 
     def _refuse_unit(self, rnd: Round, unit_id: int, peer: bytes, fault: Fault) -> Refused:
         """Drop a unit whole (a step never trains on part of it) and queue it for another try."""
@@ -283,8 +290,13 @@ class HubLoop:
         for rnd in self._rounds.values():
             for unit_id, lease in list(rnd.leases.items()):
                 if lease.deadline < now:
-                    log.warning("unit %d of step %d: actor %s silent for %g s (no batch, progress report, request or weights chunk); reassigning", unit_id,
-                                rnd.step, lease.actor, self.unit_timeout_s)
+                    log.warning(
+                        "unit %d of step %d: actor %s silent for %g s (no batch, progress report, request or weights chunk); reassigning",
+                        unit_id,
+                        rnd.step,
+                        lease.actor,
+                        self.unit_timeout_s,
+                    )
                     self._release(rnd, unit_id)
                     self.actors.pop(lease.actor, None)
                     self.counters["units_reassigned"] += 1

@@ -88,9 +88,16 @@ class IntakeLimits:
     def from_config(cls, cfg: RunConfig, policies: Mapping[str, PolicyLimits]) -> IntakeLimits:
         ro = cfg.rollout
         return cls(
-            roles=tuple(a.name for a in cfg.task.agents()), role_policy=cfg.agent_policy(), policies=dict(policies),
-            turns=cfg.task.turns, k=ro.k, tree=ro.sampling == "tree", trajectory=ro.grouping == "trajectory",
-            max_new_tokens=ro.max_new_tokens, micro_batch_tokens=cfg.train.micro_batch_tokens, grouping=ro.grouping,
+            roles=tuple(a.name for a in cfg.task.agents()),
+            role_policy=cfg.agent_policy(),
+            policies=dict(policies),
+            turns=cfg.task.turns,
+            k=ro.k,
+            tree=ro.sampling == "tree",
+            trajectory=ro.grouping == "trajectory",
+            max_new_tokens=ro.max_new_tokens,
+            micro_batch_tokens=cfg.train.micro_batch_tokens,
+            grouping=ro.grouping,
         )
 
     def group_of(self, key: GroupKey) -> GroupKey:
@@ -118,10 +125,14 @@ def sample_fault(s: Sample, limits: IntakeLimits) -> Fault | None:
     if policy is None:
         return Fault("unknown_role", f"{_where(s)}: role {s.role[:40]!r} is not one of {list(limits.roles)}")
     if s.policy != policy or s.policy not in limits.policies:
-        return Fault("wrong_policy", f"{_where(s)}: role {s.role[:40]!r} is played by policy {policy!r}, not {s.policy[:40]!r}")
+        return Fault(
+            "wrong_policy", f"{_where(s)}: role {s.role[:40]!r} is played by policy {policy!r}, not {s.policy[:40]!r}"
+        )
     key = s.key
-    agent_ok = (key.agent, key.turn) == (0, 0) if limits.trajectory else (
-        0 <= key.agent < len(limits.roles) and limits.roles[key.agent] == s.role
+    agent_ok = (
+        (key.agent, key.turn) == (0, 0)
+        if limits.trajectory
+        else (0 <= key.agent < len(limits.roles) and limits.roles[key.agent] == s.role)
     )
     if not agent_ok or not 0 <= key.turn < limits.turns:
         return Fault("bad_key", f"{_where(s)}: not a group of role {s.role[:40]!r} within {limits.turns} turns")
@@ -141,15 +152,23 @@ def sample_fault(s: Sample, limits: IntakeLimits) -> Fault | None:
     if pol.context_length is not None and total > pol.context_length:
         return Fault("too_long", f"{_where(s)}: {total} tokens > the model's context of {pol.context_length}")
     if _ids_outside(s.prompt_ids, pol.vocab_size) or _ids_outside(s.response_ids, pol.vocab_size):
-        return Fault("out_of_vocab", f"{_where(s)}: token id outside 0..{pol.vocab_size - 1} of policy {s.policy[:40]!r}")
+        return Fault(
+            "out_of_vocab", f"{_where(s)}: token id outside 0..{pol.vocab_size - 1} of policy {s.policy[:40]!r}"
+        )
     if not all(map(math.isfinite, s.logprobs)):
         return Fault("nonfinite_logprob", f"{_where(s)}: NaN or infinite logprob")
     if max(s.logprobs) > LOGPROB_EPS:
         return Fault("positive_logprob", f"{_where(s)}: logprob {max(s.logprobs)} > 0")
     if not all(map(math.isfinite, (s.reward, s.reward_team, s.reward_local))):
-        return Fault("nonfinite_reward", f"{_where(s)}: reward {s.reward}, team {s.reward_team}, local {s.reward_local}")
+        return Fault(
+            "nonfinite_reward", f"{_where(s)}: reward {s.reward}, team {s.reward_team}, local {s.reward_local}"
+        )
     if total > limits.micro_batch_tokens:
-        return Fault("over_budget", f"{_where(s)}: {total} tokens > train.micro_batch_tokens={limits.micro_batch_tokens}", "group")
+        return Fault(
+            "over_budget",
+            f"{_where(s)}: {total} tokens > train.micro_batch_tokens={limits.micro_batch_tokens}",
+            "group",
+        )
     return None
 
 
@@ -222,9 +241,15 @@ class UnitIntake:
         if s.step != unit.step:
             return Fault("wrong_step", f"{_where(s)}: step {s.step}, the unit is of step {unit.step}")
         if s.policy not in unit.versions:
-            return Fault("wrong_policy", f"{_where(s)}: policy {s.policy[:40]!r} is not one the unit names ({sorted(unit.versions)})")
+            return Fault(
+                "wrong_policy",
+                f"{_where(s)}: policy {s.policy[:40]!r} is not one the unit names ({sorted(unit.versions)})",
+            )
         if not unit.env_offset <= key.env < unit.env_offset + len(unit.seeds):
-            return Fault("key_outside_unit", f"{_where(s)}: the unit's envs are {unit.env_offset}..{unit.env_offset + len(unit.seeds) - 1}")
+            return Fault(
+                "key_outside_unit",
+                f"{_where(s)}: the unit's envs are {unit.env_offset}..{unit.env_offset + len(unit.seeds) - 1}",
+            )
         branches = self._branches.get(key, set())
         if not limits.trajectory and len(branches) >= limits.k:
             return Fault("group_overfull", f"{_where(s)}: more than K={limits.k} samples in its group")
@@ -232,9 +257,15 @@ class UnitIntake:
             # Every sample of an episode shares the key (env, 0, 0) and the episode's return.
             episode = (key.env, s.branch)
             if self._per_episode[episode] >= len(limits.roles) * limits.turns:
-                return Fault("group_overfull", f"{_where(s)}: more samples than {len(limits.roles)} roles x {limits.turns} turns in one episode")
+                return Fault(
+                    "group_overfull",
+                    f"{_where(s)}: more samples than {len(limits.roles)} roles x {limits.turns} turns in one episode",
+                )
             if self._episode_reward.setdefault(episode, s.reward) != s.reward:
-                return Fault("reward_mismatch", f"{_where(s)}: reward {s.reward}, its episode's return is {self._episode_reward[episode]}")
+                return Fault(
+                    "reward_mismatch",
+                    f"{_where(s)}: reward {s.reward}, its episode's return is {self._episode_reward[episode]}",
+                )
         elif s.branch in branches:
             return Fault("duplicate_branch", f"{_where(s)}: a second sample of this branch in its group")
         return None
@@ -256,16 +287,23 @@ class UnitIntake:
             # episodes end apart, so only the first decision (agent 0, turn 0) surely has all K.
             whole = limits.tree or limits.trajectory or (key.agent, key.turn) == (0, 0)
             if whole and len(branches) != k:
-                return Fault("group_incomplete", f"group {(key.env, key.agent, key.turn)}: branches {sorted(branches)} of {k}")
+                return Fault(
+                    "group_incomplete", f"group {(key.env, key.agent, key.turn)}: branches {sorted(branches)} of {k}"
+                )
         per_env = 1 if limits.tree or unit.greedy else k
         counts = Counter(e.env for e in envs)
         expected = {unit.env_offset + e: per_env for e in range(len(unit.seeds))}
         if counts != expected:
-            return Fault("env_results", f"env results for envs {dict(sorted(counts.items()))}, expected {per_env} for each of "
-                         f"{unit.env_offset}..{unit.env_offset + len(unit.seeds) - 1}")
+            return Fault(
+                "env_results",
+                f"env results for envs {dict(sorted(counts.items()))}, expected {per_env} for each of "
+                f"{unit.env_offset}..{unit.env_offset + len(unit.seeds) - 1}",
+            )
         for e in envs:
             if not math.isfinite(e.episode_return) or not 0 <= e.turns <= limits.turns:
-                return Fault("env_results", f"env {e.env}: return {e.episode_return}, {e.turns} turns (at most {limits.turns})")
+                return Fault(
+                    "env_results", f"env {e.env}: return {e.episode_return}, {e.turns} turns (at most {limits.turns})"
+                )
         return None
 
 

@@ -29,7 +29,9 @@ from atgrpo.config import RunConfig
 from atgrpo.devices import activate, collective_backend, resolve_device
 from atgrpo.learner import distributed
 from atgrpo.learner.checkpoints import (
-    RunState, check_and_write_config, latest_checkpoint,
+    RunState,
+    check_and_write_config,
+    latest_checkpoint,
 )
 from atgrpo.learner.hub import CommittedUnit, Hub
 from atgrpo.learner.intake import IntakeLimits, PolicyLimits
@@ -39,7 +41,15 @@ from atgrpo.learner.packing import broadcast_flag, scatter_plans
 from atgrpo.learner.signal_watch import SignalWatch
 from atgrpo.learner.trainer import Trainer
 from atgrpo.messages import (
-    EvalSummary, Failed, HubReady, LearnerEvent, Notice, Resumed, RunSummary, Stopping, WarmStartProgress,
+    EvalSummary,
+    Failed,
+    HubReady,
+    LearnerEvent,
+    Notice,
+    Resumed,
+    RunSummary,
+    Stopping,
+    WarmStartProgress,
 )
 from atgrpo.metrics import MetricsWriter, plot_learning_curve
 from atgrpo.models.folder import load_tokenizer, model_facts
@@ -123,8 +133,14 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     endpoint = HubEndpoint(bind, max_message_bytes=tp.max_message_bytes, curve_keys=tp.curve_keys)
     ledger = VersionLedger(cfg.run.name, dict(state.versions), cfg.train.max_staleness)
     store = WeightStore(tp.weights_store, cfg.run.name, cfg.train.max_staleness + 2) if tp.weights_store else None
-    hub = Hub(endpoint, ledger, limits=intake_limits(cfg, trainer), unit_timeout_s=cfg.transport.unit_timeout_s,
-              keep_versions=cfg.train.max_staleness + 1, store=store)
+    hub = Hub(
+        endpoint,
+        ledger,
+        limits=intake_limits(cfg, trainer),
+        unit_timeout_s=cfg.transport.unit_timeout_s,
+        keep_versions=cfg.train.max_staleness + 1,
+        store=store,
+    )
     hub.start()
     emit(HubReady(hub.endpoint.address))
     restored = _read_untaken(checkpoint) if checkpoint is not None else []
@@ -163,8 +179,11 @@ class _Rank0:
         self.hub = hub
         self.orchestrator = orchestrator
         self.metrics = MetricsWriter(out_dir(cfg), tensorboard=cfg.metrics.tensorboard, wandb=cfg.metrics.wandb)
-        self.signal = SignalWatch(cfg.metrics.warn_constant_steps, lambda level, text: emit(Notice(level, text)),
-                                  trains_without_advantage=bool(cfg.train.entropy_coef or cfg.train.kl_coef))
+        self.signal = SignalWatch(
+            cfg.metrics.warn_constant_steps,
+            lambda level, text: emit(Notice(level, text)),
+            trains_without_advantage=bool(cfg.train.entropy_coef or cfg.train.kl_coef),
+        )
 
     def evaluate(self, label: str, step: int) -> EvalSummary:
         summary = self.orchestrator.evaluate(label, step)
@@ -208,7 +227,9 @@ def _train_step(trainer: Trainer, rank0: _Rank0 | None, step: int) -> dict[str, 
             return out
 
 
-def _train_loop(cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None, stop: threading.Event) -> RunSummary | None:
+def _train_loop(
+    cfg: RunConfig, trainer: Trainer, state: RunState, rank0: _Rank0 | None, stop: threading.Event
+) -> RunSummary | None:
     _publish(trainer, rank0)
     if rank0 is not None and state.eval_start is None:  # a resumed run keeps the evaluation of its step 0
         state.eval_start = rank0.evaluate("start", state.step).success

@@ -21,7 +21,11 @@ from atgrpo.learner.logprobs import token_logprobs
 
 
 def learner_logprobs(
-    model: torch.nn.Module, prompts: Sequence[list[int]], outs: Sequence[Completion], temperature: float, pad_id: int,
+    model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    outs: Sequence[Completion],
+    temperature: float,
+    pad_id: int,
     max_tokens: int = 8192,
 ) -> list[list[float]]:
     """The learner's log-probability of every token of every completion, at `temperature`."""
@@ -38,7 +42,9 @@ def learner_logprobs(
 
 def logprob_mismatch(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> tuple[float, float, int]:
     """(mean |a - b|, max |a - b|, token count) over every token of every sequence."""
-    diffs = np.concatenate([np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) for x, y in zip(a, b)])
+    diffs = np.concatenate(
+        [np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) for x, y in zip(a, b)]
+    )
     return float(diffs.mean()), float(diffs.max()), int(diffs.size)
 
 

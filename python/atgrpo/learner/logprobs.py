@@ -28,8 +28,13 @@ from atgrpo.learner.output_head import ScoreRequest, entropy_from_logits, plain_
 
 
 def token_logprobs(
-    model: torch.nn.Module, mb: MicroBatch, temperature: float, *, entropy: bool = False,
-    rows: torch.Tensor | None = None, chunk_tokens: int | None = None,
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    *,
+    entropy: bool = False,
+    rows: torch.Tensor | None = None,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """([B, L-1] float32 log-prob of each next token, [B, L-1] float32 entropy when `entropy`, else None).
 
@@ -71,8 +76,12 @@ def _prefix_rows(model: torch.nn.Module, mb: MicroBatch, head_mode: contextlib.A
     prompt_len = prefix.mask.sum(-1)  # without the last token
     positions = (prefix.mask.cumsum(-1) - 1).clamp(min=0)
     model(
-        input_ids=prefix.ids, attention_mask=prefix.mask, position_ids=positions,
-        past_key_values=cache, use_cache=True, logits_to_keep=1,
+        input_ids=prefix.ids,
+        attention_mask=prefix.mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
     )
     cache.batch_select_indices(prefix.row)
     mask = torch.cat([prefix.mask[prefix.row], mb.attention_mask], dim=1)
@@ -96,7 +105,9 @@ def loss_inputs(
     ref_logp = None
     if cfg.kl_coef and ref_model is not None:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, mb, cfg.temperature, rows=rows, chunk_tokens=logit_chunk_tokens(model))
+            ref_logp, _ = token_logprobs(
+                ref_model, mb, cfg.temperature, rows=rows, chunk_tokens=logit_chunk_tokens(model)
+            )
     return LossInputs(
         logp=logp,
         behaviour_logp=mb.behaviour_logprobs[:, 1:],

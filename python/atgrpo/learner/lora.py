@@ -144,6 +144,12 @@ def check_checkpoint_adapter(where: Path, found: str | None, want: str | None) -
 
 
 __all__ = [
-    "AdapterReference", "AdapterWeights", "BaseReference", "adapter_name", "attach_adapters", "base_state", "check_checkpoint_adapter",
+    "AdapterReference",
+    "AdapterWeights",
+    "BaseReference",
+    "adapter_name",
+    "attach_adapters",
+    "base_state",
+    "check_checkpoint_adapter",
     "load_shared_bases",
 ]

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import torch
 
 WIRE_NAMES = (
-    "input_ids", "attention_mask", "loss_mask", "advantages", "behaviour_logprobs", "token_weights", "sample_index",
+    "input_ids",
+    "attention_mask",
+    "loss_mask",
+    "advantages",
+    "behaviour_logprobs",
+    "token_weights",
+    "sample_index",
 )
 """Wire names of every micro-batch, in this order."""
 PREFIX_WIRE_NAMES = ("prefix_ids", "prefix_mask", "row_prefix")
@@ -103,7 +109,9 @@ class MicroBatch:
             raise ValueError(f"unknown micro-batch tensors {sorted(unknown)}")
         present = [n in d for n in PREFIX_WIRE_NAMES]
         if any(present) and not all(present):
-            raise ValueError(f"a shared prefix needs all of {PREFIX_WIRE_NAMES}, got {sorted(set(d) & set(PREFIX_WIRE_NAMES))}")
+            raise ValueError(
+                f"a shared prefix needs all of {PREFIX_WIRE_NAMES}, got {sorted(set(d) & set(PREFIX_WIRE_NAMES))}"
+            )
         prefix = SharedPrefix(d["prefix_ids"], d["prefix_mask"], d["row_prefix"]) if all(present) else None
         per_token = {n: d[n] for n in WIRE_NAMES if n != "sample_index"}
         return cls(**per_token, sample_index=tuple(int(i) for i in d["sample_index"].tolist()), prefix=prefix)

@@ -49,8 +49,9 @@ log = logging.getLogger("atgrpo.orchestrator")
 
 
 class Orchestrator:
-    def __init__(self, cfg: RunConfig, hub: Hub, pad_ids: dict[str, int], world: int,
-                 restored: list[CommittedUnit] | None = None) -> None:
+    def __init__(
+        self, cfg: RunConfig, hub: Hub, pad_ids: dict[str, int], world: int, restored: list[CommittedUnit] | None = None
+    ) -> None:
         self.cfg = cfg
         self.hub = hub
         self.pad_ids = pad_ids
@@ -71,7 +72,11 @@ class Orchestrator:
         for s in range(step, min(step + self.cfg.train.max_staleness, self.cfg.run.steps - 1) + 1):
             if s not in self._rounds:
                 self._rounds[s] = self.hub.open_round(
-                    s, step_seeds(ro.envs_per_step, s), ro.envs_per_unit, split="train", greedy=False,
+                    s,
+                    step_seeds(ro.envs_per_step, s),
+                    ro.envs_per_unit,
+                    split="train",
+                    greedy=False,
                     restored=self.restored,
                 )
 
@@ -98,7 +103,9 @@ class Orchestrator:
         parts: list[StepData] = []
         totals: Counter[str] = Counter({p: 0 for p in self.cfg.policies})
         tp = self.cfg.transport
-        while (units := self.hub.take(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)) is not None:
+        while (
+            units := self.hub.take(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)
+        ) is not None:
             part = StepData.of(step, units, 0.0, self.hub.staleness)
             self._check(part)
             plans, part_totals = self._plan_part(part)
@@ -113,7 +120,9 @@ class Orchestrator:
         """The last check: malformed samples, and samples more than k versions old (by construction
         none: rounds open at most k steps ahead), are removed from `data` with their groups / envs."""
         limits = self.hub.limits
-        keep, dropped = screen(data.samples, limits) if limits is not None else (list(range(len(data.samples))), Counter())
+        keep, dropped = (
+            screen(data.samples, limits) if limits is not None else (list(range(len(data.samples))), Counter())
+        )
         k = self.cfg.train.max_staleness
         old_envs = {s.key.env for s, st in zip(data.samples, data.staleness) if st > k}
         if old_envs:
@@ -121,8 +130,12 @@ class Orchestrator:
             keep = [i for i in keep if data.samples[i].key.env not in old_envs]
             dropped["stale"] += before - len(keep)
         if dropped:
-            log.error("step %d: %d samples reached the learner unfit and were dropped (%s)", data.step,
-                      len(data.samples) - len(keep), dict(dropped))
+            log.error(
+                "step %d: %d samples reached the learner unfit and were dropped (%s)",
+                data.step,
+                len(data.samples) - len(keep),
+                dict(dropped),
+            )
             self.dropped.update(dropped)
             data.samples = [data.samples[i] for i in keep]
             data.staleness = [data.staleness[i] for i in keep] if data.staleness else []
@@ -132,15 +145,29 @@ class Orchestrator:
         try:
             adv = step_advantages(data.samples, self.cfg.rollout.grouping)
             return plan_chunk(
-                data.samples, adv.values, policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
-                max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation, share_prefix=tr.share_prefix,
+                data.samples,
+                adv.values,
+                policies=sorted(self.cfg.policies),
+                pad_ids=self.pad_ids,
+                world=self.world,
+                max_tokens=tr.micro_batch_tokens,
+                aggregation=tr.loss_aggregation,
+                share_prefix=tr.share_prefix,
             )
         except (ValueError, OverflowError, AtgrpoError):
             log.exception("step %d: planning %d samples failed; they train on nothing", data.step, len(data.samples))
             self.dropped["unpackable"] += len(data.samples)
             data.samples, data.staleness = [], []
-            return plan_chunk([], np.zeros(0), policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
-                              max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation, share_prefix=tr.share_prefix)
+            return plan_chunk(
+                [],
+                np.zeros(0),
+                policies=sorted(self.cfg.policies),
+                pad_ids=self.pad_ids,
+                world=self.world,
+                max_tokens=tr.micro_batch_tokens,
+                aggregation=tr.loss_aggregation,
+                share_prefix=tr.share_prefix,
+            )
 
     def plan(self, data: StepData) -> tuple[list[RankPlan], Advantages]:
         """Advantages of the step's samples and every rank's share of the update. Samples that fail
@@ -162,8 +189,14 @@ class Orchestrator:
     def _pack(self, samples: list[Sample], advantages: np.ndarray) -> list[RankPlan]:
         tr = self.cfg.train
         return plan_step(
-            samples, advantages, policies=sorted(self.cfg.policies), pad_ids=self.pad_ids, world=self.world,
-            minibatches=tr.minibatches, max_tokens=tr.micro_batch_tokens, aggregation=tr.loss_aggregation,
+            samples,
+            advantages,
+            policies=sorted(self.cfg.policies),
+            pad_ids=self.pad_ids,
+            world=self.world,
+            minibatches=tr.minibatches,
+            max_tokens=tr.micro_batch_tokens,
+            aggregation=tr.loss_aggregation,
             share_prefix=tr.share_prefix,
         )
 

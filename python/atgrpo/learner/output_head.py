@@ -65,8 +65,12 @@ def score_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float
 
 
 def _score_hidden(
-    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-    temperature: float, entropy: bool,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    temperature: float,
+    entropy: bool,
 ) -> torch.Tensor:
     return score_logits(F.linear(hidden, weight, bias), targets, temperature, entropy)
 
@@ -89,9 +93,17 @@ def score_hidden_states(hidden: torch.Tensor, head: torch.nn.Linear, req: ScoreR
         flat, targets = flat.index_select(0, index), targets.index_select(0, index)
     pieces = []
     for lo in range(0, flat.shape[0], req.chunk_tokens):
-        args = (flat[lo : lo + req.chunk_tokens], targets[lo : lo + req.chunk_tokens], head.weight, head.bias,
-                req.temperature, req.entropy)
-        pieces.append(checkpoint(_score_hidden, *args, use_reentrant=False) if torch.is_grad_enabled() else _score_hidden(*args))
+        args = (
+            flat[lo : lo + req.chunk_tokens],
+            targets[lo : lo + req.chunk_tokens],
+            head.weight,
+            head.bias,
+            req.temperature,
+            req.entropy,
+        )
+        pieces.append(
+            checkpoint(_score_hidden, *args, use_reentrant=False) if torch.is_grad_enabled() else _score_hidden(*args)
+        )
     if not pieces:  # no positions at all (a one-token batch)
         return hidden.new_zeros((2 if req.entropy else 1, b, t), dtype=torch.float32)
     scores = torch.cat(pieces, dim=1)
@@ -107,7 +119,9 @@ def plain_head(model: torch.nn.Module) -> torch.nn.Linear | None:
     get_head = getattr(inner, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     config = getattr(inner, "config", None)
-    if not isinstance(head, torch.nn.Linear) or any(getattr(config, f, None) not in (None, 1.0) for f in LOGIT_POSTPROCESSING):
+    if not isinstance(head, torch.nn.Linear) or any(
+        getattr(config, f, None) not in (None, 1.0) for f in LOGIT_POSTPROCESSING
+    ):
         return None
     return head
 

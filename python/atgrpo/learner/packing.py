@@ -45,8 +45,16 @@ class RankPlan:
 
 
 def plan_step(
-    samples: Sequence[Sample], advantages: np.ndarray, *, policies: Sequence[str], pad_ids: dict[str, int],
-    world: int, minibatches: int, max_tokens: int, aggregation: str, share_prefix: bool,
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    *,
+    policies: Sequence[str],
+    pad_ids: dict[str, int],
+    world: int,
+    minibatches: int,
+    max_tokens: int,
+    aggregation: str,
+    share_prefix: bool,
 ) -> list[RankPlan]:
     """One `RankPlan` per rank: each policy's samples, packed into micro-batches, cut into
     `minibatches` optimizer steps, and dealt out round-robin over the ranks."""
@@ -55,7 +63,11 @@ def plan_step(
         idx = [i for i, s in enumerate(samples) if s.policy == policy]
         mine = [samples[i] for i in idx]
         mbs = build_microbatches(
-            mine, advantages[idx], max_tokens=max_tokens, pad_id=pad_ids[policy], aggregation=aggregation,
+            mine,
+            advantages[idx],
+            max_tokens=max_tokens,
+            pad_id=pad_ids[policy],
+            aggregation=aggregation,
             share_prefix=share_prefix,
         )
         parts = np.array_split(np.arange(len(mbs)), minibatches) if mbs else [np.arange(0)]
@@ -68,14 +80,28 @@ def plan_step(
 
 
 def plan_chunk(
-    samples: Sequence[Sample], advantages: np.ndarray, *, policies: Sequence[str], pad_ids: dict[str, int],
-    world: int, max_tokens: int, aggregation: str, share_prefix: bool,
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    *,
+    policies: Sequence[str],
+    pad_ids: dict[str, int],
+    world: int,
+    max_tokens: int,
+    aggregation: str,
+    share_prefix: bool,
 ) -> tuple[list[RankPlan], dict[str, int]]:
     """A streamed part of a step: every rank's share of these samples' micro-batches (to accumulate,
     not to step on), and each policy's loss normalizer of them (the step's total is their sum)."""
     plans = plan_step(
-        samples, advantages, policies=policies, pad_ids=pad_ids, world=world, minibatches=1, max_tokens=max_tokens,
-        aggregation=aggregation, share_prefix=share_prefix,
+        samples,
+        advantages,
+        policies=policies,
+        pad_ids=pad_ids,
+        world=world,
+        minibatches=1,
+        max_tokens=max_tokens,
+        aggregation=aggregation,
+        share_prefix=share_prefix,
     )
     for plan in plans:
         plan.final = False

@@ -57,7 +57,9 @@ class Entry:
     """Holds `KEEP`."""
 
 
-def plan_removal(entries: Sequence[Entry], latest: str | None, keep: int, keep_steps: Collection[int] = ()) -> list[str]:
+def plan_removal(
+    entries: Sequence[Entry], latest: str | None, keep: int, keep_steps: Collection[int] = ()
+) -> list[str]:
     """The names of the folders to remove, oldest first (see the module docstring for the rules)."""
     if keep == 0 or latest is None:
         return []
@@ -65,7 +67,7 @@ def plan_removal(entries: Sequence[Entry], latest: str | None, keep: int, keep_s
     if newest is None:  # `latest` names nothing listed: know nothing, remove nothing
         return []
     older = sorted((e for e in entries if e.complete and e.step < newest), key=lambda e: e.step, reverse=True)
-    return [e.name for e in reversed(older[keep - 1:]) if not (e.keep or e.step in keep_steps)]
+    return [e.name for e in reversed(older[keep - 1 :]) if not (e.keep or e.step in keep_steps)]
 
 
 def list_entries(root: Path, latest: str | None) -> list[Entry]:
@@ -82,7 +84,9 @@ def list_entries(root: Path, latest: str | None) -> list[Entry]:
 
 def leftovers(root: Path) -> list[Path]:
     """Folders of removals a crash interrupted."""
-    return sorted(p for p in root.glob(f".step_*{DELETING}") if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
+    return (
+        sorted(p for p in root.glob(f".step_*{DELETING}") if p.is_dir() and not p.is_symlink()) if root.is_dir() else []
+    )
 
 
 def prune_checkpoints(root: Path, keep: int, keep_steps: Collection[int] = ()) -> list[str]:

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from atgrpo import kernels
-from atgrpo.learner.rows import Sequences, finish
 from atgrpo.learner.microbatch import MicroBatch, SharedPrefix
+from atgrpo.learner.rows import Sequences, finish
 
 
 def pack_shared_prefix(seqs: Sequences, *, max_tokens: int, pad_id: int, aggregation: str) -> list[MicroBatch]:
@@ -35,7 +35,10 @@ def pack_shared_prefix(seqs: Sequences, *, max_tokens: int, pad_id: int, aggrega
     if not seqs.prompts:
         return []
     units, costs = _units(seqs, max_tokens)
-    return [_build(seqs, [i for u in plan for i in units[u]], pad_id, aggregation) for plan in kernels.plan_microbatches(costs, max_tokens)]
+    return [
+        _build(seqs, [i for u in plan for i in units[u]], pad_id, aggregation)
+        for plan in kernels.plan_microbatches(costs, max_tokens)
+    ]
 
 
 def _units(seqs: Sequences, max_tokens: int) -> tuple[list[list[int]], np.ndarray]:

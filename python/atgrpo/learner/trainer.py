@@ -21,22 +21,28 @@ import torch
 import torch.distributed as dist
 
 from atgrpo.config import RunConfig
-from atgrpo.devices import resolve_device
+from atgrpo.devices import collective_device, resolve_device
 from atgrpo.errors import CheckpointWriteError
 from atgrpo.learner.backends import LearnerBackend, make_backend
 from atgrpo.learner.checkpoints import (
-    RunState, export_model_folder, latest_checkpoint, mark_incomplete, mark_latest, read_state, step_folder, write_state,
+    RunState,
+    export_model_folder,
+    latest_checkpoint,
+    mark_incomplete,
+    mark_latest,
+    read_state,
+    step_folder,
+    write_state,
 )
-from atgrpo.learner.retention import prune_checkpoints
 from atgrpo.learner.lora import base_state, load_shared_bases
-from atgrpo.learner.lr_schedule import lr_at
-from atgrpo.models.adapters import merge_adapter, scaling, write_adapter
 from atgrpo.learner.loss import LossConfig
+from atgrpo.learner.lr_schedule import lr_at
 from atgrpo.learner.packing import OptimizerStep, RankPlan
+from atgrpo.learner.replicas import differing_tensors
+from atgrpo.learner.retention import prune_checkpoints
+from atgrpo.models.adapters import merge_adapter, scaling, write_adapter
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.paths import policy_dir
-from atgrpo.devices import collective_device
-from atgrpo.learner.replicas import differing_tensors
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -75,7 +81,9 @@ class Trainer:
             folder = policy_dir(cfg, p)
             adapter = adapters.get(p)
             # fp32: the master weights; train.dtype is the compute dtype (learner.backends.base)
-            model = adapter.model if adapter is not None else load_model(folder, dtype="float32", device=str(self.device))
+            model = (
+                adapter.model if adapter is not None else load_model(folder, dtype="float32", device=str(self.device))
+            )
             self.pad_ids[p] = load_tokenizer(folder).pad_token_id
             pc = cfg.policies[p]
             self.backends[p] = make_backend(model, cfg.train, pc.lr, pc.weight_decay, loss_config(cfg), adapter=adapter)
@@ -132,8 +140,13 @@ class Trainer:
                 differ = differing_tensors(own, where)
                 out[f"learner/{p}/replica_mismatch"] = float(bool(differ))
                 if differ:
-                    log.error("policy %s v%d: ranks hold different weights in %d tensors, e.g. %s", p,
-                              self.versions[p], len(differ), differ[:5])
+                    log.error(
+                        "policy %s v%d: ranks hold different weights in %d tensors, e.g. %s",
+                        p,
+                        self.versions[p],
+                        len(differ),
+                        differ[:5],
+                    )
             if tensors is not None and self.rank == 0:
                 weights[p] = tensors
         return weights, out
@@ -193,7 +206,9 @@ class Trainer:
                 log.error("could not remove old checkpoints under %s (retried at the next checkpoint): %s", root, exc)
             else:
                 if removed:
-                    log.info("removed checkpoints %s (run.keep_checkpoints = %d)", ", ".join(removed), run.keep_checkpoints)
+                    log.info(
+                        "removed checkpoints %s (run.keep_checkpoints = %d)", ", ".join(removed), run.keep_checkpoints
+                    )
         return folder
 
     def load(self, folder: Path) -> RunState:

@@ -30,8 +30,14 @@ def peft_config(section: LoraSection, base: str | Path | None = None):
     from peft import LoraConfig
 
     return LoraConfig(
-        r=section.r, lora_alpha=section.alpha, lora_dropout=section.dropout, target_modules=list(section.target_modules),
-        bias="none", task_type="CAUSAL_LM", use_rslora=False, use_dora=False,
+        r=section.r,
+        lora_alpha=section.alpha,
+        lora_dropout=section.dropout,
+        target_modules=list(section.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+        use_rslora=False,
+        use_dora=False,
         base_model_name_or_path=str(base) if base is not None else None,
     )
 
@@ -40,7 +46,9 @@ def scaling(section: LoraSection) -> float:
     return section.alpha / section.r
 
 
-def write_adapter(folder: str | Path, section: LoraSection, tensors: dict[str, torch.Tensor], base: str | Path | None = None) -> Path:
+def write_adapter(
+    folder: str | Path, section: LoraSection, tensors: dict[str, torch.Tensor], base: str | Path | None = None
+) -> Path:
     """`tensors` (peft names) as a peft adapter folder that `PeftModel.from_pretrained` and vLLM load."""
     from safetensors.torch import save_file
 
@@ -61,7 +69,9 @@ def read_adapter(folder: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return json.loads((folder / ADAPTER_CONFIG).read_text()), load_file(str(folder / ADAPTER_WEIGHTS))
 
 
-def merge_adapter(base: dict[str, torch.Tensor], adapter: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+def merge_adapter(
+    base: dict[str, torch.Tensor], adapter: dict[str, torch.Tensor], scale: float
+) -> dict[str, torch.Tensor]:
     """The base state dict (HF names) with W + scale * B A for every adapted layer; other tensors
     are the base's own objects. A pair naming no base weight is a ValueError (a wrong base)."""
     merged = dict(base)
@@ -94,4 +104,13 @@ def merge_into_folder(base_dir: str | Path, adapter_dir: str | Path, dest: str |
     return dest
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "merge_adapter", "merge_into_folder", "peft_config", "read_adapter", "scaling", "write_adapter"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "merge_adapter",
+    "merge_into_folder",
+    "peft_config",
+    "read_adapter",
+    "scaling",
+    "write_adapter",
+]

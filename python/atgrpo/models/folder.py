@@ -63,6 +63,8 @@ def model_facts(folder: str | Path, tokenizer: PreTrainedTokenizerBase) -> Model
         raise ValueError(f"{folder}: the model names no end-of-sequence token (tokenizer or generation_config.json)")
     config = json.loads((folder / "config.json").read_text())
     config = config.get("text_config", config)  # multimodal wrappers keep the LM's settings inside
-    length = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_sequence_length") if k in config), None)
+    length = next(
+        (config[k] for k in ("max_position_embeddings", "n_positions", "max_sequence_length") if k in config), None
+    )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     return ModelFacts(tuple(stops), int(pad), int(length) if length else None)

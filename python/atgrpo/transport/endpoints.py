@@ -242,7 +242,9 @@ class HubEndpoint:
         self.counters[key] = count
         detail = str(exc)[:_MAX_DETAIL]  # peer-controlled text (tags, ids) stays short
         if count <= 10 or count % _LOG_EVERY == 0:  # a flood of garbage must not flood the log
-            log.warning("hub: rejected a message from peer %s (%s, %d so far): %s", peer.hex(), exc.reason, count, detail)
+            log.warning(
+                "hub: rejected a message from peer %s (%s, %d so far): %s", peer.hex(), exc.reason, count, detail
+            )
         self.send(peer, Refused(reason=f"{exc.reason}: {detail}"))
 
 
@@ -316,9 +318,7 @@ class ActorClient:
             raise
         header, tensors = got.result()
         if header.policy != policy or (version >= 0 and header.version != version):
-            raise UnexpectedReply(
-                f"asked for {policy!r} v{version}, hub sent {header.policy!r} v{header.version}"
-            )
+            raise UnexpectedReply(f"asked for {policy!r} v{version}, hub sent {header.policy!r} v{header.version}")
         return header, tensors
 
     def request_chunk(self, policy: str, version: int, chunk: int, timeout_s: float | None = None) -> list[zmq.Frame]:
@@ -326,7 +326,9 @@ class ActorClient:
         feeds it to its `WeightsAssembler` (`weight_store.StoreReader`, for a chunk the store failed).
         Raises `UnexpectedReply` when the hub answers anything else (e.g. `Refused`)."""
         request = WeightsRequest(actor_id=self.actor_id, policy=policy, version=version, chunk=chunk)
-        frames = self._exchange(request, self._timeout(timeout_s), what=f"chunk {chunk} of the weights of {policy!r} v{version}")
+        frames = self._exchange(
+            request, self._timeout(timeout_s), what=f"chunk {chunk} of the weights of {policy!r} v{version}"
+        )
         if len(frames) == 1:
             reply = decode(frames[0].buffer, max_bytes=self.max_message_bytes)
             raise UnexpectedReply(f"weights_request for chunk {chunk} of {policy!r} v{version} answered with {reply!r}")
@@ -345,7 +347,9 @@ class ActorClient:
     def __enter__(self) -> ActorClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # ---- internals ----
@@ -425,7 +429,9 @@ class ActorClient:
             self._reset()
         why = "" if sent else " (never sent: no connection to the hub, or its queue is full)"
         awaited = f" ({what})" if what else ""
-        raise TransportTimeout(f"no reply to {kind_of(msg)}{awaited} from hub at {self.address} within {timeout} s{why}")
+        raise TransportTimeout(
+            f"no reply to {kind_of(msg)}{awaited} from hub at {self.address} within {timeout} s{why}"
+        )
 
 
 def private_ipc_address(directory: str | os.PathLike[str]) -> str:

@@ -75,7 +75,11 @@ def actor_bundle(folder: str | os.PathLike[str], name: str, dest: str | os.PathL
     (out / ACTORS_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
     out.chmod(0o700)
     (out / ACTORS_DIR).chmod(0o700)
-    for rel, mode in ((f"{HUB}.key", 0o644), (f"{ACTORS_DIR}/{name}.key", 0o644), (f"{ACTORS_DIR}/{name}.key_secret", 0o600)):
+    for rel, mode in (
+        (f"{HUB}.key", 0o644),
+        (f"{ACTORS_DIR}/{name}.key", 0o644),
+        (f"{ACTORS_DIR}/{name}.key_secret", 0o600),
+    ):
         target = out / rel
         target.write_bytes((src / rel).read_bytes())
         target.chmod(mode)

@@ -23,7 +23,7 @@ def host_of(address: str) -> str | None:
     other transports."""
     if not address.startswith("tcp://"):
         return None
-    rest = address[len("tcp://"):]
+    rest = address[len("tcp://") :]
     host, _, _ = rest.rpartition(":")
     return host.strip("[]")
 
@@ -48,7 +48,9 @@ def require_keys(address: str, curve_keys: str | os.PathLike[str] | None, insecu
     if insecure:
         log.warning(
             "%s on %s without CURVE keys (transport.insecure = true): anyone who can reach it can fetch "
-            "the weights and submit samples", role, address,
+            "the weights and submit samples",
+            role,
+            address,
         )
         return
     raise InsecureEndpointError(

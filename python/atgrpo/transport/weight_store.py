@@ -58,25 +58,19 @@ _LEN = struct.Struct("<Q")
 _MAX_HEADER_BYTES = 64 * 1024 * 1024
 
 
-def version_dir(
-    root: str | os.PathLike[str], run_id: str, policy: str, version: int
-) -> Path:
+def version_dir(root: str | os.PathLike[str], run_id: str, policy: str, version: int) -> Path:
     return Path(root) / run_id / policy / f"v{version}"
 
 
 class WeightStore:
     """The writer, on learner rank 0. Not thread-safe (the learner's main thread publishes)."""
 
-    def __init__(
-        self, root: str | os.PathLike[str], run_id: str, keep_versions: int = 2
-    ) -> None:
+    def __init__(self, root: str | os.PathLike[str], run_id: str, keep_versions: int = 2) -> None:
         self.root = Path(root)
         self.run_id = run_id
         self.keep_versions = max(1, keep_versions)
         self.bytes_written = 0
-        shutil.rmtree(
-            self.root / run_id, ignore_errors=True
-        )  # an earlier session's versions must never be read
+        shutil.rmtree(self.root / run_id, ignore_errors=True)  # an earlier session's versions must never be read
         (self.root / run_id).mkdir(parents=True, exist_ok=True)
 
     def write(self, policy: str, version: int, messages: list[list[Any]]) -> int:
@@ -94,15 +88,11 @@ class WeightStore:
                 [msgspec.json.encode(WeightsMarker(policy, version, len(messages), total))],
                 raw=True,
             )
-            if (
-                final.exists()
-            ):  # a version republished in this session (same number, same weights)
+            if final.exists():  # a version republished in this session (same number, same weights)
                 shutil.rmtree(final)
             os.rename(tmp, final)
         except BaseException:
-            shutil.rmtree(
-                tmp, ignore_errors=True
-            )  # never read (no marker, not in place); freed now
+            shutil.rmtree(tmp, ignore_errors=True)  # never read (no marker, not in place); freed now
             raise
         self.bytes_written += total
         self._prune(policy)
@@ -115,9 +105,7 @@ class WeightStore:
             if d.name[1:].isdigit() and d.name[0] == "v"
         )
         for _, old in held[: -self.keep_versions]:
-            shutil.rmtree(
-                old, ignore_errors=True
-            )  # a reader still in it falls back to the hub
+            shutil.rmtree(old, ignore_errors=True)  # a reader still in it falls back to the hub
 
 
 class StoreReader:
@@ -145,9 +133,7 @@ class StoreReader:
             "store/bad_chunks": 0,
         }
 
-    def fetch(
-        self, client: Any, policy: str, version: int
-    ) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
+    def fetch(self, client: Any, policy: str, version: int) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
         """`policy` at `version` (>= 0), checked as the hub's reply would be."""
         folder = version_dir(self.root, self.run_id, policy, version)
         marker = self._marker(folder) if self.trusted else None
@@ -156,18 +142,12 @@ class StoreReader:
             return client.request_weights(policy, version)
         got = WeightsAssembler(verify=True, max_header_bytes=_MAX_HEADER_BYTES)
         for i in range(marker.chunks):
-            frames = (
-                self._read_chunk(folder / f"chunk-{i}", policy, version, i)
-                if self.trusted
-                else None
-            )
+            frames = self._read_chunk(folder / f"chunk-{i}", policy, version, i) if self.trusted else None
             if frames is not None:
                 try:
                     got.add(frames)
                     self.counters["store/chunks_read"] += 1
-                    self.counters["store/bytes_read"] += sum(
-                        memoryview(f).nbytes for f in frames
-                    )
+                    self.counters["store/bytes_read"] += sum(memoryview(f).nbytes for f in frames)
                     continue
                 except TransportError as exc:
                     self._distrust(exc, policy, version, i)
@@ -199,9 +179,7 @@ class StoreReader:
                 return None
             time.sleep(self.poll_s)
 
-    def _read_chunk(
-        self, path: Path, policy: str, version: int, chunk: int
-    ) -> list[Any] | None:
+    def _read_chunk(self, path: Path, policy: str, version: int, chunk: int) -> list[Any] | None:
         """The chunk's frames (header, then one writable buffer per tensor), or None if the file
         cannot be read or split (a pruned version, a truncated file): that chunk comes from the hub."""
         try:
@@ -223,9 +201,7 @@ class StoreReader:
                 raise ValueError(f"header of {size} bytes in a file of {len(view)}")
             header = decode(view[_LEN.size : header_end], max_bytes=_MAX_HEADER_BYTES)
             if not isinstance(header, WeightsHeader):
-                raise WeightsHeaderError(
-                    f"a {type(header).__name__}, not a weights header"
-                )
+                raise WeightsHeaderError(f"a {type(header).__name__}, not a weights header")
             frames: list[Any] = [view[_LEN.size : header_end]]
             at = _aligned(header_end)
             for meta in header.tensors:
@@ -236,9 +212,7 @@ class StoreReader:
                 for d in meta.shape:
                     n *= d
                 if at + n > len(view):
-                    raise ValueError(
-                        f"tensor {meta.name[:64]!r} runs past the end of the file"
-                    )
+                    raise ValueError(f"tensor {meta.name[:64]!r} runs past the end of the file")
                 frames.append(view[at : at + n])
                 at = _aligned(at + n)
             if at != len(view):
@@ -255,9 +229,7 @@ class StoreReader:
             )
             return None
 
-    def _distrust(
-        self, exc: TransportError, policy: str, version: int, chunk: int
-    ) -> None:
+    def _distrust(self, exc: TransportError, policy: str, version: int, chunk: int) -> None:
         self.counters["store/bad_chunks"] += 1
         if isinstance(exc, ChecksumMismatch):
             self.trusted = False

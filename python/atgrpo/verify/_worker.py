@@ -47,7 +47,6 @@ def main(argv: list[str]) -> int:
     enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
     try:
         import logging
-
         from importlib.metadata import version as dist_version
 
         from math_verify import parse, verify

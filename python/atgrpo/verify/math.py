@@ -38,6 +38,7 @@ from atgrpo.verify.extract import clean_answer, extract_answer
 from atgrpo.verify.numbers import fast_compare
 from atgrpo.verify.workers import WorkerProcess
 
+
 class Reason(enum.StrEnum):
     EQUAL = "equal"
     NOT_EQUAL = "not_equal"
@@ -234,7 +235,9 @@ class MathVerifier:
         self._count(restarts=1)
         w.spawn()
 
-    def _drive(self, workers: list[WorkerProcess], pending: deque[_Job], results: list, wait_ready: bool = False) -> None:
+    def _drive(
+        self, workers: list[WorkerProcess], pending: deque[_Job], results: list, wait_ready: bool = False
+    ) -> None:
         """Feed `pending` to `workers` until every job has a result (and, with `wait_ready`, every worker
         has said hello; otherwise a restarted worker finishes starting while it sits in the pool)."""
         inflight: dict[WorkerProcess, tuple[_Job, float]] = {}

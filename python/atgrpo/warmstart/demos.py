@@ -37,7 +37,13 @@ def first_moves(plan: str, limit: int) -> str:
 
 
 def make_demos(
-    wf: GameWorkflow, tokenizer, count: int, *, start: int, tool_noise: float, seed: int,
+    wf: GameWorkflow,
+    tokenizer,
+    count: int,
+    *,
+    start: int,
+    tool_noise: float,
+    seed: int,
     roles: Collection[str] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """`count` envs' worth of demos (one per role each), from demo seeds `start .. start + count`.
@@ -81,14 +87,18 @@ def make_demos(
             tool_answers.append(wf.templates.answer_text(noise) if noisy else answer)
             if TOOL in wf.roles and TOOL in keep:
                 prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
-                out.append((wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(answer, add_special_tokens=False) + eos))
+                out.append(
+                    (wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(answer, add_special_tokens=False) + eos)
+                )
         views: list[Simulation | None] = [None] * len(ids)
         if TOOL in wf.roles and len(ids):
             for e in ids:
                 pool.fork(int(e), [int(e) + n])
             sim = pool.step(ids + n, tool_answers)
             views = [
-                Simulation(int(turns[e]), tool_answers[i], bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i]))
+                Simulation(
+                    int(turns[e]), tool_answers[i], bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])
+                )
                 for i, e in enumerate(ids)
             ]
         for i, e in enumerate(ids if PLAN in keep else []):

@@ -171,7 +171,9 @@ class CodeWorkflow(TextWorkflow[CodeState]):
                 out.append(f"{test}  -> {tr.verdict}: {clip(why, 200)}")
             else:
                 got = tr.stdout.decode("utf-8", "replace")
-                out.append(f"input {clip(test.input, 200)!r}: expected {clip(test.output, 200)!r}, got {clip(got, 200)!r} ({tr.verdict})")
+                out.append(
+                    f"input {clip(test.input, 200)!r}: expected {clip(test.output, 200)!r}, got {clip(got, 200)!r} ({tr.verdict})"
+                )
         return tuple(out[:MAX_MISMATCHES]), bool(tests) and not out and len(results) == len(tests)
 
     # -- prompts ----------------------------------------------------------------------------------
@@ -199,7 +201,12 @@ class CodeWorkflow(TextWorkflow[CodeState]):
         if self.cfg.task.prompts == "compact":
             starter = problem.starter_code
         return self.templates[role].format(
-            problem=problem.prompt.strip(), starter=starter, feedback=feedback, format=fmt, turn=turn + 1, turns=self.turns
+            problem=problem.prompt.strip(),
+            starter=starter,
+            feedback=feedback,
+            format=fmt,
+            turn=turn + 1,
+            turns=self.turns,
         )
 
     # -- transitions ------------------------------------------------------------------------------

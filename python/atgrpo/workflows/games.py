@@ -68,7 +68,9 @@ class GameWorkflow(TreeWorkflow):
             word = outcome_word(simulation.success, simulation.valid, simulation.local)
             section = self.templates.tool_view.format(tool_answer=simulation.answer, tool_result=word)
         template = self.templates.tool if role == TOOL else self.templates.plan
-        text = template.format(obs=obs, info=task_info(self.task, obs), turn=turn + 1, turns=self.turns, tool_section=section)
+        text = template.format(
+            obs=obs, info=task_info(self.task, obs), turn=turn + 1, turns=self.turns, tool_section=section
+        )
         return text + PROGRAM_INSTRUCTION if role == TOOL and self.program_mode else text
 
     def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str]]:

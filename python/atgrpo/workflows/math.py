@@ -83,7 +83,10 @@ class MathWorkflow(TextWorkflow[MathState]):
     load_problems = staticmethod(load_math_problems)
 
     def __init__(
-        self, cfg: RunConfig, problems: dict[str, Sequence[MathProblem]] | None = None, verifier: MathVerifier | None = None
+        self,
+        cfg: RunConfig,
+        problems: dict[str, Sequence[MathProblem]] | None = None,
+        verifier: MathVerifier | None = None,
     ) -> None:
         super().__init__(cfg, problems)
         self.templates = load_math_templates(cfg.task.prompts)
@@ -112,10 +115,17 @@ class MathWorkflow(TextWorkflow[MathState]):
         lines = "\n".join(self.team.lines(state.answers, clip))
         question = problem.question.strip()
         if agent.role == JUDGE:
-            return self.templates[JUDGE].format(question=question, answers=lines, turn=turn + 1, turns=self.turns, team=self.team.team)
+            return self.templates[JUDGE].format(
+                question=question, answers=lines, turn=turn + 1, turns=self.turns, team=self.team.team
+            )
         feedback = self.templates["feedback"].format(answers=lines, agreement=self.team.agreement) if lines else ""
         return self.templates[agent.role].format(
-            question=question, feedback=feedback, turn=turn + 1, turns=self.turns, agent=self.team.you(agent), team=self.team.team
+            question=question,
+            feedback=feedback,
+            turn=turn + 1,
+            turns=self.turns,
+            agent=self.team.you(agent),
+            team=self.team.team,
         )
 
     def _answers(self, role: str, items: list[tuple[MathProblem, MathState, str]]) -> tuple[list[Answer], list[bool]]:
@@ -145,7 +155,11 @@ class MathWorkflow(TextWorkflow[MathState]):
         for n, (s, whole) in enumerate(zip(states, complete)):
             if whole:
                 pairs += [(n, s.answers[first].text, s.answers[i].text) for i in others]  # type: ignore[union-attr]
-        verdicts = self.verifier.verify_batch([a for _, a, _ in pairs], [b for _, _, b in pairs], extract=False) if pairs else []
+        verdicts = (
+            self.verifier.verify_batch([a for _, a, _ in pairs], [b for _, _, b in pairs], extract=False)
+            if pairs
+            else []
+        )
         agree = list(complete)
         for (n, _, _), v in zip(pairs, verdicts):
             agree[n] = agree[n] and bool(v.correct)
@@ -181,7 +195,10 @@ class MathWorkflow(TextWorkflow[MathState]):
         """What `name` answered in `state` and the team's answer then (for transcripts)."""
         mine = state.answers[self.index[name]]
         final = self.team_answer(state)
-        row: dict[str, object] = {"answer": None if mine is None else mine.text, "correct": mine is not None and mine.correct}
+        row: dict[str, object] = {
+            "answer": None if mine is None else mine.text,
+            "correct": mine is not None and mine.correct,
+        }
         if mine is not None and mine.code is not None:
             row.update(program=mine.code, output=mine.output)
         row.update(team_answer=None if final is None else final.text, agree=state.agree)

@@ -55,7 +55,11 @@ class TeamText:
                 for r in dict.fromkeys(a.role for a in self.agents)
             ]
             self.team = "a team of " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
-            self.agreement = f"the answers of all {answering} tool agents and reasoners agree" if answering > 1 else "the judge has answered"
+            self.agreement = (
+                f"the answers of all {answering} tool agents and reasoners agree"
+                if answering > 1
+                else "the judge has answered"
+            )
         self.listed = sorted(range(len(self.agents)), key=lambda i: (ORDER[self.agents[i].role], i))
 
     def label(self, agent: Agent) -> str:

@@ -131,7 +131,9 @@ def run_printing_programs(sandbox: LazySandbox, texts: Sequence[str]) -> list[Pr
     runs = sandbox.get().run_batch([stdio_program(codes[i], [("", None)]) for i in ok]) if ok else []
     tests = {i: r.tests[0] for i, r in zip(ok, runs)}
     return [
-        PrintedOutput(code, None, "", b"") if i not in tests else PrintedOutput(code, tests[i].verdict, tests[i].detail, tests[i].stdout)
+        PrintedOutput(code, None, "", b"")
+        if i not in tests
+        else PrintedOutput(code, tests[i].verdict, tests[i].detail, tests[i].stdout)
         for i, code in enumerate(codes)
     ]
 
@@ -243,13 +245,23 @@ def _expr(node: ast.expr, depth: int) -> str:
         return f"({_expr(node.value, depth + 1)}[{index}])"
     if isinstance(node, ast.Name) and node.id in _PURE:
         return f"__builtins__.{node.id}"
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in _MATH:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "math"
+        and node.attr in _MATH
+    ):
         return f"__builtins__.__import__('math').{node.attr}"
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in _PURE:
             return f"__builtins__.{func.id}({_args(node, depth)})"
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "math" and func.attr in _MATH:
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "math"
+            and func.attr in _MATH
+        ):
             return f"__builtins__.__import__('math').{func.attr}({_args(node, depth)})"
         if isinstance(func, ast.Name) and _public(func.id) and func.id not in _BUILTIN_NAMES:
             # A function of the program: in the checker, whatever the program's listing installed

@@ -98,7 +98,9 @@ class PoolStates:
         res = self.pool.step(np.array([target[e, b] for e, b in live]), actions)
         if simulated:
             for i, eb in enumerate(live):
-                self.simulations[eb] = Simulation(turn, shown[i], bool(res.success[i]), bool(res.valid[i]), float(res.reward_local[i]))
+                self.simulations[eb] = Simulation(
+                    turn, shown[i], bool(res.success[i]), bool(res.valid[i]), float(res.reward_local[i])
+                )
         return Outcomes(res.reward, res.reward_team, res.reward_local, res.done, res.success, episode=not simulated)
 
     def carry(self, role: str, env: int, best: int) -> None:
@@ -202,7 +204,9 @@ class TextWorkflow(TreeWorkflow, Generic[S]):
         pack's `envs/<task>/problems.jsonl`; loaded once."""
         if split not in self._problems:
             t = self.cfg.task
-            path = (t.eval_dataset if split == "eval" else None) or t.dataset or envs_dir() / self.task / "problems.jsonl"
+            path = (
+                (t.eval_dataset if split == "eval" else None) or t.dataset or envs_dir() / self.task / "problems.jsonl"
+            )
             self._problems[split] = self.load_problems(Path(path), t.dataset_format)
         return self._problems[split]
 

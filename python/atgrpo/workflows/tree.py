@@ -94,8 +94,10 @@ class Branches:
     @classmethod
     def start(cls, n: int, k: int) -> "Branches":
         return cls(
-            np.zeros((n, k), dtype=bool), np.zeros((n, k), dtype=bool),
-            np.zeros((n, k), dtype=np.float64), np.zeros((n, k), dtype=np.int64),
+            np.zeros((n, k), dtype=bool),
+            np.zeros((n, k), dtype=bool),
+            np.zeros((n, k), dtype=np.float64),
+            np.zeros((n, k), dtype=np.int64),
         )
 
     def live(self) -> Live:
@@ -113,7 +115,9 @@ class Branches:
             column[env, :] = column[env, best]
 
 
-def select(live: Live, rewards: Sequence[float] | np.ndarray, chooser: np.random.Generator | None) -> list[tuple[int, int]]:
+def select(
+    live: Live, rewards: Sequence[float] | np.ndarray, chooser: np.random.Generator | None
+) -> list[tuple[int, int]]:
     """Tree selection: (env, chosen branch) for each env of `live`, envs ascending. Greedy (`chooser`
     None): the highest reward, ties to the lowest branch; else a uniform draw per env (the ablation)."""
     candidates: dict[int, tuple[list[int], list[float]]] = {}
@@ -123,7 +127,11 @@ def select(live: Live, rewards: Sequence[float] | np.ndarray, chooser: np.random
         rs.append(r)
     chosen = []
     for e, (branches, rs) in candidates.items():
-        i = int(chooser.integers(len(branches))) if chooser is not None else int(np.argmax(np.asarray(rs, dtype=np.float64)))
+        i = (
+            int(chooser.integers(len(branches)))
+            if chooser is not None
+            else int(np.argmax(np.asarray(rs, dtype=np.float64)))
+        )
         chosen.append((e, branches[i]))
     return chosen
 
@@ -154,8 +162,18 @@ def answer_texts(tokenizer, outs: Sequence[Completion], truncated_is_invalid: bo
 
 
 def make_group(
-    unit: WorkUnit, *, run_id: str, policy: str, version: int, role: str, agent: int, turn: int,
-    live: Live, prompts: Sequence[list[int]], outs: Sequence[Completion], out: Outcomes,
+    unit: WorkUnit,
+    *,
+    run_id: str,
+    policy: str,
+    version: int,
+    role: str,
+    agent: int,
+    turn: int,
+    live: Live,
+    prompts: Sequence[list[int]],
+    outs: Sequence[Completion],
+    out: Outcomes,
 ) -> list[Sample]:
     """One agent-turn's samples, item i being candidate `live[i]` = (env, branch), keyed (env, agent, turn)."""
     return [
@@ -192,7 +210,12 @@ def env_results(unit: WorkUnit, branches: Branches, one_per_env: bool) -> list[E
     where every branch holds the chosen one."""
     n, k = branches.returns.shape
     return [
-        EnvResult(unit.env_offset + e, bool(branches.success[e, b]), int(branches.turns_used[e, b]), float(branches.returns[e, b]))
+        EnvResult(
+            unit.env_offset + e,
+            bool(branches.success[e, b]),
+            int(branches.turns_used[e, b]),
+            float(branches.returns[e, b]),
+        )
         for e in range(n)
         for b in (range(1) if one_per_env else range(k))
     ]
@@ -287,8 +310,17 @@ class TreeWorkflow:
                     if greedy:
                         continue
                     group = make_group(
-                        unit, run_id=run_id, policy=policy, version=handle.engine.version, role=role, agent=agent,
-                        turn=turn, live=live, prompts=prompts, outs=outs, out=out,
+                        unit,
+                        run_id=run_id,
+                        policy=policy,
+                        version=handle.engine.version,
+                        role=role,
+                        agent=agent,
+                        turn=turn,
+                        live=live,
+                        prompts=prompts,
+                        outs=outs,
+                        out=out,
                     )
                     samples.extend(group)
                     if on_groups is not None and ro.grouping != "trajectory":
@@ -303,6 +335,17 @@ class TreeWorkflow:
 
 
 __all__ = [
-    "Branches", "Live", "Outcomes", "StepSink", "TreeWorkflow", "UnitStates", "answer_texts", "engine_seed", "env_results",
-    "make_group", "regroup_trajectories", "select", "unit_sampling",
+    "Branches",
+    "Live",
+    "Outcomes",
+    "StepSink",
+    "TreeWorkflow",
+    "UnitStates",
+    "answer_texts",
+    "engine_seed",
+    "env_results",
+    "make_group",
+    "regroup_trajectories",
+    "select",
+    "unit_sampling",
 ]

@@ -22,7 +22,13 @@ def _atgrpo_codec():
     MAX_DEPTH = 100
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
     SEQ = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
-    to_bytes, bit_length, fhex, fromhex, from_bytes = int.to_bytes, int.bit_length, float.hex, float.fromhex, int.from_bytes
+    to_bytes, bit_length, fhex, fromhex, from_bytes = (
+        int.to_bytes,
+        int.bit_length,
+        float.hex,
+        float.fromhex,
+        int.from_bytes,
+    )
     CONTAINERS = b"ltSzdr"
 
     class Unsupported(Exception):
@@ -129,7 +135,15 @@ def _atgrpo_codec():
                 return take(count())
             if tag == 108 or tag == 116 or tag == 83 or tag == 122:  # l t S z
                 items = [dec(depth + 1) for _ in range(count())]
-                return items if tag == 108 else tuple(items) if tag == 116 else set(items) if tag == 83 else frozenset(items)
+                return (
+                    items
+                    if tag == 108
+                    else tuple(items)
+                    if tag == 116
+                    else set(items)
+                    if tag == 83
+                    else frozenset(items)
+                )
             if tag == 100:  # d
                 d = {}
                 for _ in range(count()):
@@ -151,5 +165,3 @@ def _atgrpo_codec():
         return value
 
     return encode, decode, Unsupported
-
-

@@ -62,7 +62,11 @@ def _atgrpo_checker(g, code, setup, codec, broken):
         cls = vars(builtins).get(name)
         exc = None
         # StopIteration would end the test's own loops silently; exits and interrupts are not the test's.
-        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (StopIteration, StopAsyncIteration)):
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, Exception)
+            and not issubclass(cls, (StopIteration, StopAsyncIteration))
+        ):
             try:
                 exc = cls(text)
             except Exception:
@@ -148,14 +152,18 @@ def _atgrpo_checker(g, code, setup, codec, broken):
         elif kind == "o" and type(extra) is tuple and len(extra) == 2 and all(type(x) is str for x in extra):
             g[name] = rebuilt(*extra) or Remote(name, "class")
         elif kind == "c" and type(extra) is tuple:
-            attrs = {a: Remote((name, a), "attribute") for a in extra if type(a) is str and a.isidentifier() and a[:1] != "_"}
+            attrs = {
+                a: Remote((name, a), "attribute") for a in extra if type(a) is str and a.isidentifier() and a[:1] != "_"
+            }
             g[name] = type(name, (RemoteClass,), {"__slots__": (), "_atgrpo_target": name, **attrs})
         elif kind == "r" and type(extra) is str:
             g[name] = Remote(name, extra[:100])
 
     # Only the import lines of the setup go to the program (as when setup ran in its module): the
     # rest of it, e.g. HumanEval's `check` with its expected values, stays here.
-    imports = [ln for ln in setup.splitlines() if ln.startswith(("import ", "from ")) and not ln.rstrip().endswith(("(", "\\"))]
+    imports = [
+        ln for ln in setup.splitlines() if ln.startswith(("import ", "from ")) and not ln.rstrip().endswith(("(", "\\"))
+    ]
     put(b"X", (code, imports))
     kind, value = get()
     if kind == b"P":

@@ -52,8 +52,9 @@ class SudokuRefConfig:
             raise ValueError(f"invalid sudoku config: size must be 4 or 9, got {self.size}")
         low, high = MIN_CLUES[self.size], self.size * self.size - 1
         if not low <= self.target_clues <= high:
-            raise ValueError(f"invalid sudoku config: clues must be in {low}..={high} for size {self.size}, "
-                             f"got {self.target_clues}")
+            raise ValueError(
+                f"invalid sudoku config: clues must be in {low}..={high} for size {self.size}, got {self.target_clues}"
+            )
 
     @property
     def target_clues(self) -> int:

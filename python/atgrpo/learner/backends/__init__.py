@@ -18,7 +18,11 @@ from atgrpo.learner.loss import LossConfig
 
 
 def make_backend(
-    model: torch.nn.Module, cfg: TrainSection, policy_lr: float, weight_decay: float, loss_cfg: LossConfig,
+    model: torch.nn.Module,
+    cfg: TrainSection,
+    policy_lr: float,
+    weight_decay: float,
+    loss_cfg: LossConfig,
     adapter: AdapterWeights | None = None,
 ) -> LearnerBackend:
     """A backend owning `model` (loaded in fp32 on its device: the master weights) and a fresh
@@ -30,7 +34,12 @@ def make_backend(
     configure_learner_model(model, cfg)  # gradient checkpointing, logit chunks (`train`)
     if cfg.backend == "torch":
         return TorchBackend(
-            model, lr=policy_lr, weight_decay=weight_decay, grad_clip=cfg.grad_clip, loss_cfg=loss_cfg, dtype=cfg.dtype,
+            model,
+            lr=policy_lr,
+            weight_decay=weight_decay,
+            grad_clip=cfg.grad_clip,
+            loss_cfg=loss_cfg,
+            dtype=cfg.dtype,
             adapter=adapter,
         )
     if cfg.backend == "deepspeed":

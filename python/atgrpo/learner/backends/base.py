@@ -110,7 +110,9 @@ class LearnerBackend(abc.ABC):
 
     _host_stager: HostStager | None = None
 
-    def host_copy(self, tensors: Mapping[str, torch.Tensor], float_dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    def host_copy(
+        self, tensors: Mapping[str, torch.Tensor], float_dtype: torch.dtype | None
+    ) -> dict[str, torch.Tensor]:
         """Contiguous CPU copies of `tensors`, floating ones in `float_dtype`: through reused pinned
         buffers where they lie on a GPU (`learner.host_staging`), a plain copy otherwise."""
         if self._host_stager is None:
@@ -202,6 +204,12 @@ def finish_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float) 
 
 
 __all__ = [
-    "COMPUTE_DTYPES", "LearnerBackend", "accumulate", "as_fp32_master", "autocast", "compute_dtype", "finish_metrics",
+    "COMPUTE_DTYPES",
+    "LearnerBackend",
+    "accumulate",
+    "as_fp32_master",
+    "autocast",
+    "compute_dtype",
+    "finish_metrics",
     "kl_reference",
 ]

@@ -65,12 +65,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from atgrpo.config.lora import LORA_ZERO3
 from atgrpo.devices import collective_backend, collective_device, model_device
 from atgrpo.errors import PlacementError
-from atgrpo.config.lora import LORA_ZERO3
 from atgrpo.learner.backends.adapter_module import AdapterModule
 from atgrpo.learner.backends.base import (
-    LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics, kl_reference,
+    LearnerBackend,
+    accumulate,
+    as_fp32_master,
+    compute_dtype,
+    finish_metrics,
+    kl_reference,
 )
 from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
 from atgrpo.learner.distributed import init_distributed_from_env
@@ -219,7 +224,9 @@ class DeepSpeedBackend(LearnerBackend):
         deepspeed = import_deepspeed(device)
         self._deepspeed = deepspeed
         # The job made the process group for the learner's device (atgrpo.devices); alone, follow the model.
-        dist_backend = dist_backend or (dist.get_backend() if dist.is_initialized() else collective_backend(model_device(model)))
+        dist_backend = dist_backend or (
+            dist.get_backend() if dist.is_initialized() else collective_backend(model_device(model))
+        )
         init_distributed_from_env(dist_backend, timeout_s)
         # Adopts the torch.distributed group created above (it would otherwise try MPI discovery).
         deepspeed.init_distributed(dist_backend=dist_backend, auto_mpi_discovery=False, verbose=False)
@@ -249,8 +256,11 @@ class DeepSpeedBackend(LearnerBackend):
         self._passes = 0
         optimizer.register_step_pre_hook(self._before_update)
         config = build_config(
-            world_size=self.world_size, zero_stage=zero_stage, grad_clip=grad_clip,
-            n_params=sum(p.numel() for p in module.parameters()), precision=self.precision,
+            world_size=self.world_size,
+            zero_stage=zero_stage,
+            grad_clip=grad_clip,
+            n_params=sum(p.numel() for p in module.parameters()),
+            precision=self.precision,
         )
         if extra_config:
             config = _deep_merge(config, extra_config)
@@ -294,8 +304,14 @@ class DeepSpeedBackend(LearnerBackend):
 
         autocast_dtype = self.compute_dtype if self.precision is Precision.autocast_bf16 else None
         accumulate(
-            self.engine, batches, self.loss_cfg, backward, self._sums, self.ref_model,
-            device=self.device, autocast_dtype=autocast_dtype,
+            self.engine,
+            batches,
+            self.loss_cfg,
+            backward,
+            self._sums,
+            self.ref_model,
+            device=self.device,
+            autocast_dtype=autocast_dtype,
         )
         self._passes += passes
 

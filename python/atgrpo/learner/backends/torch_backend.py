@@ -26,7 +26,12 @@ import torch
 
 from atgrpo.devices import model_device
 from atgrpo.learner.backends.base import (
-    LearnerBackend, accumulate, as_fp32_master, compute_dtype, finish_metrics, kl_reference,
+    LearnerBackend,
+    accumulate,
+    as_fp32_master,
+    compute_dtype,
+    finish_metrics,
+    kl_reference,
 )
 from atgrpo.learner.distributed import local_rank
 from atgrpo.learner.lora import AdapterWeights, check_checkpoint_adapter
@@ -36,8 +41,15 @@ from atgrpo.learner.microbatch import MicroBatch
 
 class TorchBackend(LearnerBackend):
     def __init__(
-        self, model: torch.nn.Module, *, lr: float, weight_decay: float, grad_clip: float, loss_cfg: LossConfig,
-        dtype: str = "float32", adapter: AdapterWeights | None = None,
+        self,
+        model: torch.nn.Module,
+        *,
+        lr: float,
+        weight_decay: float,
+        grad_clip: float,
+        loss_cfg: LossConfig,
+        dtype: str = "float32",
+        adapter: AdapterWeights | None = None,
     ):
         """`dtype`: the compute dtype (`train.dtype`); the weights `model` holds become the fp32 master.
         `adapter`: train only this LoRA adapter of `model` (a PeftModel; `learner.lora`)."""
@@ -58,8 +70,14 @@ class TorchBackend(LearnerBackend):
         if self.adapter is not None:
             self.adapter.activate()
         accumulate(
-            self.model, micro_batches, self.loss_cfg, lambda l: l.backward(), self._sums, self.ref_model,
-            device=self.device, autocast_dtype=self.compute_dtype,
+            self.model,
+            micro_batches,
+            self.loss_cfg,
+            lambda loss: loss.backward(),
+            self._sums,
+            self.ref_model,
+            device=self.device,
+            autocast_dtype=self.compute_dtype,
         )
 
     def finish_step(self, total_tokens: int) -> dict[str, float]:
@@ -89,8 +107,10 @@ class TorchBackend(LearnerBackend):
         if local_rank() != 0:
             return
         # An adapter's tensor names carry no policy (models.adapters): its name is saved beside them.
-        torch.save({"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": self.adapter_policy},
-                   folder / "learner.pt")
+        torch.save(
+            {"model": self.weight_state(), "optimizer": self.optimizer.state_dict(), "adapter": self.adapter_policy},
+            folder / "learner.pt",
+        )
 
     def load_checkpoint(self, folder: Path) -> None:
         state = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
