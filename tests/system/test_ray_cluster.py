@@ -194,26 +194,24 @@ def test_killed_actor_is_restarted_and_changes_nothing_but_time(
     assert_nothing_left(out)
 
 
-def test_client_without_the_run_keys_cannot_join(cluster: Cluster, tmp_path: Path) -> None:
+def assert_strangers_get_no_answer(log: Path, proc: subprocess.Popen) -> None:
+    """CURVE: a client without the run's keys, at the hub's tcp address, is never answered."""
     from atgrpo.errors import TransportTimeout
     from atgrpo.messages import PROTOCOL_VERSION, Hello
     from atgrpo.transport.endpoints import ActorClient
 
-    out = tmp_path / "curve"
-    proc, log = start(out, ray_sets(out, cluster, run__steps=30))
     address = wait_for(
         lambda: (m := re.search(r"hub at (tcp://\S+)", log.read_text())) and m.group(1), 120, "the hub's address", proc
     )
     with ActorClient(address, "intruder", curve_keys=None) as client, pytest.raises(TransportTimeout):
         client.request(Hello(PROTOCOL_VERSION, "intruder", "planpath-atgrpo", ["shared"]), timeout_s=3)
-    proc.send_signal(signal.SIGINT)
-    assert finish(proc, log) == 130, log.read_text()[-4000:]
-    assert_nothing_left(out)
 
 
 def test_stop_checkpoints_and_a_new_job_resumes(cluster: Cluster, tmp_path: Path) -> None:
+    """(Also, while the first job runs: a client without the run's keys cannot join its hub.)"""
     out = tmp_path / "stop"
     proc, log = start(out, ray_sets(out, cluster, run__checkpoint_every=0))
+    assert_strangers_get_no_answer(log, proc)
     wait_for(lambda: reached(out, 2), 120, "step 2", proc)
     proc.send_signal(signal.SIGTERM)  # `ray job stop` signals the driver so
     assert finish(proc, log) == 143, log.read_text()[-4000:]
