@@ -20,6 +20,7 @@ from atgrpo.engines.factory import open_engine, rollout_dtype
 from atgrpo.learner.backends import TorchBackend, base
 from atgrpo.learner.backends.base import accumulate
 from atgrpo.models.folder import load_model
+from atgrpo.models.tied import tied_aliases
 
 U = 2.0**-8
 """bf16 unit roundoff."""
@@ -267,5 +268,6 @@ def test_rollout_dtype_follows_train_unless_set(model_dir):
     # fp32 weights from an fp32 learner are cast as the engine copies them in
     weights = torch_backend(model_dir, "float32").export_weights()
     engine.load_weights(1, weights)
+    aliases = tied_aliases(engine.model)  # a tied head is published once, under the name it shares
     for name, p in engine.model.state_dict().items():
-        assert torch.equal(p, weights[name].to(p.dtype)), name
+        assert torch.equal(p, weights[aliases.get(name, name)].to(p.dtype)), name
