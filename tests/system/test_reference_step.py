@@ -28,6 +28,10 @@ CLOSE = (
 (the learner's reductions may be split differently between processes)."""
 
 
+MISMATCH = "learner/shared/logprob_mismatch"
+"""Left out of the system's metrics on a step where nothing trained (`learner/lora` issue 39)."""
+
+
 def test_reference_step_matches_the_system(reference_run: Run) -> None:
     assert REFERENCE_STEPS >= STEPS
     out = reference_run.out_dir
@@ -50,12 +54,17 @@ def test_reference_step_matches_the_system(reference_run: Run) -> None:
             for k in EXACT:
                 assert got[k] == row[k], (step, k)
             for k in CLOSE:
+                if k == MISMATCH and k not in row:  # not measured: nothing trained (every advantage 0)
+                    assert row["advantage/abs_mean"] == 0.0, (step, k)
+                    continue
                 assert got[k] == pytest.approx(row[k], rel=1e-5, abs=1e-7), (step, k)
         weights = ref.backends["shared"].export_weights()
     finally:
         ref.close()
     system = torch.load(out / f"checkpoints/step_{STEPS:06d}/shared/learner.pt", weights_only=True)["model"]
-    assert weights.keys() == system.keys()
+    # The tiny model ties its head to the embedding: published once (issue 38), saved under both names.
+    assert set(system) - set(weights) == {"lm_head.weight"} and set(weights) <= set(system)
+    assert torch.equal(system["lm_head.weight"], system["model.embed_tokens.weight"])
     lr = cfg.policies["shared"].lr
     for name, tensor in weights.items():
         # After Adam steps: a reduction-order difference moves a weight by far less than one step (lr).
