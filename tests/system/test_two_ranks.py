@@ -34,7 +34,11 @@ def test_two_rank_deepspeed_learner_serves_its_weights_to_an_actor(tmp_path: Pat
         # ZeRO-3 holds shards of one model, not replicas: nothing to compare (docs/gpus.md, weight sync).
         assert r.get("learner/shared/replica_mismatch") == (None if stage == 3 else 0.0)
         assert r["hub/rejected_total"] == 0.0 and r["learner/samples"] > 0
-        assert r["learner/shared/logprob_mismatch"] < 1e-4, r
+        if "learner/shared/logprob_mismatch" in r:
+            assert r["learner/shared/logprob_mismatch"] < 1e-4, r
+        else:  # not measured: every advantage of the step was 0 (nothing trained it; issue 39)
+            assert r["advantage/abs_mean"] == 0.0, r
+    assert any("learner/shared/logprob_mismatch" in r for r in train), "no step was measured"
     assert train[-1]["hub/weights_served"] >= STEPS  # one fetch per version the actor rolled out with
     assert "ranks hold different weights" not in log
     # Not vacuous: one update moves log-probabilities far more than the bound above, so an actor a
