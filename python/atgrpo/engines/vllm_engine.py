@@ -164,6 +164,12 @@ class VllmEngine(RolloutEngine):
         """Reload every weight in place (HF names, as the learner exports them), then drop the prefix
         cache: its KV was computed with the old weights."""
         items = list(tensors.items())
+        if TIED_EMBEDDING in tensors and TIED_HEAD not in tensors:
+            # A published set holds a tied head once (under the embedding's name), but vLLM's in-place
+            # reload on the CPU build then keeps the old head: SmolLM2's engine sampled a version
+            # behind (mismatch 0.024 > 1e-3, tests/system/test_real_model.py). The same tensor under
+            # its second name costs no bytes on the wire; the loader uses it where it needs it.
+            items.append((TIED_HEAD, tensors[TIED_EMBEDDING]))
         self.wake()
         self.llm.collective_rpc(reload_in_place, args=(items,))
         self.llm.reset_prefix_cache()
@@ -183,14 +189,17 @@ class VllmEngine(RolloutEngine):
             self._asleep = False
 
 
+TIED_EMBEDDING, TIED_HEAD = "model.embed_tokens.weight", "lm_head.weight"
+"""The two names of a tied output head in the HF models atgrpo serves (`atgrpo.models.tied`)."""
+
+
 def reload_in_place(worker, items: list[tuple[str, torch.Tensor]]) -> None:
     """Run on vLLM's worker (`collective_rpc`): its own `reload_weights`, which enters the engine's
     config context (`set_current_vllm_config`) around the model runner's reload; the runner's method
     called directly would load outside it. vLLM 0.32.0: `Worker.reload_weights(*args, **kwargs)` in
     vllm/v1/worker/gpu_worker.py, inherited by the CPU build's `CPUWorker`; both model runners (V1
-    `gpu_model_runner.py`, V2 `gpu/model_runner.py`) take `weights_iterator=`. Tied weights: a
-    published set holds only the first name of a tied tensor (`learner.published`), which is the
-    name vLLM's loader keeps (`AutoWeightsLoader` skips the other)."""
+    `gpu_model_runner.py`, V2 `gpu/model_runner.py`) take `weights_iterator=`. Tied weights:
+    `VllmEngine.load_weights` passes a tied head under both its names (see there)."""
     worker.reload_weights(weights_iterator=iter(items))
 
 

@@ -3,9 +3,9 @@
 
 A published set of weights holds each tensor once, under its first name in module order
 (`model.embed_tokens.weight`): a second copy would cost every actor its bytes each version (0.6 GB at
-Qwen3-1.7B in bf16) for nothing. That first name is the one vLLM's loader keeps: vLLM 0.32's
-`AutoWeightsLoader` (vllm/model_executor/models/utils.py) skips later names of a tied embedding
-and fails if the first is missing. Receivers fill the other names from it (`torch_engine`).
+Qwen3-1.7B in bf16) for nothing. Receivers fill the other names from it, in their own process:
+the torch engine ties them, the vLLM engine passes the tensor under both names to its in-place
+reload (on vLLM's CPU build, the head under the embedding's name alone stayed stale).
 """
 
 from __future__ import annotations
