@@ -46,7 +46,8 @@ def test_load_weights_goes_through_the_workers_reload():
     engine.llm, engine._asleep, engine._can_sleep, engine.version = _LLM(), False, False, 0
     tensors = {"model.embed_tokens.weight": torch.zeros(4, 2), "model.norm.weight": torch.ones(2)}
     engine.load_weights(3, tensors)
-    assert engine.llm.worker.loaded == [list(tensors)] and engine.llm.worker.in_context
+    # The tied head travels once (under the embedding's name) and is handed to vLLM under both names.
+    assert engine.llm.worker.loaded == [[*tensors, "lm_head.weight"]] and engine.llm.worker.in_context
     assert engine.version == 3 and engine.llm.prefix_resets == 1
 
 
