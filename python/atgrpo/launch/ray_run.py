@@ -223,9 +223,10 @@ class RayRun:
                 torchrun_ranks=1 if spread else max(1, len(self.cfg.launch.learner_devices)),
             )
             proc = Proc(spec.name, self._host(spec, group[index], index, 0), index)
-            (self.ranks.append(proc) if r else None)
             if r == 0:
                 self.learner = proc
+            else:
+                self.ranks.append(proc)
         actor_bundles = [i for i, b in enumerate(group) if b.role.startswith("actor")]
         for i, index in enumerate(actor_bundles):
             spec = ChildSpec(
