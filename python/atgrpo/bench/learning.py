@@ -7,6 +7,7 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
     atgrpo-bench learning smollm2                     # SmolLM2: full fine-tuning vs LoRA per role, 2 seeds
     atgrpo-bench learning                             # the suite `staleness` (k=0 vs k=1, equal wall time)
     atgrpo-bench learning report ordering             # the published table, rebuilt from docs/results/ordering.json
+    atgrpo-bench learning steps RUN_DIR ...           # where each run's step time went (its metrics.jsonl)
 
 Invariants:
 - Every run is `atgrpo-train` as a user runs it (a subprocess, a config file and `--set`
@@ -537,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
+    if argv[:1] == ["steps"]:
+        from atgrpo.bench.learning_steps import main as steps_main
+
+        return steps_main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench learning", description=__doc__.split("\n")[0])
     parser.add_argument(
         "suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)"
