@@ -61,3 +61,23 @@ def test_the_command_prints_a_table_writes_json_and_refuses_what_is_not_a_run(
     _write(tmp_path / "empty", [{"step": 0, "eval/success": 0.0}])
     assert learning.main(["steps", str(tmp_path / "empty")]) == 1
     assert "no training step" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"step": 2, "rollout/samples": ', "not JSON"),
+        ("[1, 2]", "not a metrics row"),
+        ('{"time": 3.0}', "not a metrics row"),
+    ],
+)
+def test_a_damaged_line_is_named_by_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, why: str
+) -> None:
+    run = _write(tmp_path / "run", [_step(1, 9.0, 5.0, 3.0)])
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(line + "\n")
+    with pytest.raises(ValueError, match=f"metrics.jsonl:2: {why}"):
+        step_times(run)
+    assert learning.main(["steps", str(run)]) == 1
+    assert f"{run / 'metrics.jsonl'}:2: {why}" in capsys.readouterr().err

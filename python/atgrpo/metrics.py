@@ -47,12 +47,22 @@ class MetricsWriter:
 
 
 def read_metrics(path: Path) -> list[dict[str, float]]:
+    """Every row of a metrics.jsonl, in file order (blank lines skipped). A line that is not a JSON
+    object with a `step` is a ValueError naming the file and line: every reader (the learning curve,
+    the learning suites, the benchmarks) then says which file is damaged instead of a bare parse error."""
     rows = []
     with open(path) as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.strip()
-            if line:
-                rows.append(json.loads(line))
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+            if not isinstance(row, dict) or "step" not in row:
+                raise ValueError(f"{path}:{number}: not a metrics row (a JSON object with a 'step')")
+            rows.append(row)
     return rows
 
 

@@ -22,7 +22,6 @@ The last row keeps the earlier figure: the shared, alternating step against the 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from atgrpo.bench.report import BenchRow
 from atgrpo.config import load_config
+from atgrpo.metrics import read_metrics
 
 MODES = {
     "alternating": ["train.streaming=false", "train.max_staleness=0"],
@@ -99,8 +99,7 @@ def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
     if proc.returncode != 0:
         tail = (out / "driver.log").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"atgrpo-train exited with {proc.returncode}: {' '.join(cmd)}\n{tail}")
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if "rollout/samples" in r]
+    rows = [r for r in read_metrics(metrics) if "rollout/samples" in r]
     return rows, (first if first is not None else time.monotonic() - began) - rows[0]["time/step_s"]
 
 

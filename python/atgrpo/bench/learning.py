@@ -54,6 +54,7 @@ from atgrpo.bench.learning_plot import Curve, plot_suite
 from atgrpo.bench.learning_report import report
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
+from atgrpo.metrics import read_metrics
 
 ROOT = Path("bench-results") / "learning"
 CONFIGS = Path(__file__).resolve().parents[3] / "envs" / "planpath"
@@ -357,7 +358,7 @@ def read_run(out_dir: Path) -> RunResult:
     summary = json.loads((out_dir / "eval.json").read_text())
     if summary.get("eval_start") is None or summary.get("eval_end") is None:
         raise LearningSuiteError(f"{out_dir / 'eval.json'} has no start or end evaluation (run.eval_seeds = 0?)")
-    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(out_dir / "metrics.jsonl")
     try:
         curve = held_out_curve(rows)
     except KeyError as exc:  # every step and evaluation row of atgrpo-train has its duration

@@ -15,6 +15,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from atgrpo.metrics import read_metrics
+
 PHASES = {
     "step_s": "time/step_s",
     "generate_s": "time/actor_generate_s",
@@ -31,8 +33,7 @@ def step_times(run: Path) -> dict[str, float]:
     if not path.is_file():
         raise FileNotFoundError(f"{run}: no metrics.jsonl (not a run folder)")
     rows: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line) if line.strip() else {}
+    for row in read_metrics(path):
         if "rollout/samples" in row and "time/step_s" in row:  # a training step's row, not an evaluation's
             rows[int(row["step"])] = row
     if not rows:
