@@ -8,6 +8,7 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
     atgrpo-bench learning                             # the suite `staleness` (k=0 vs k=1, equal wall time)
     atgrpo-bench learning report ordering             # the published table, rebuilt from docs/results/ordering.json
     atgrpo-bench learning steps RUN_DIR ...           # where each run's step time went (its metrics.jsonl)
+    atgrpo-bench learning warmstart CONFIG --lr 1e-3  # a LoRA recipe's adapter warm start over lr and steps
 
 Invariants:
 - Every run is `atgrpo-train` as a user runs it (a subprocess, a config file and `--set`
@@ -543,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
         from atgrpo.bench.learning_steps import main as steps_main
 
         return steps_main(argv[1:])
+    if argv[:1] == ["warmstart"]:
+        from atgrpo.bench.learning_warmstart import main as warmstart_main
+
+        return warmstart_main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench learning", description=__doc__.split("\n")[0])
     parser.add_argument(
         "suite", nargs="?", default="staleness", choices=list(SUITES), help="which suite (default staleness)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
@@ -101,19 +101,46 @@ def _warm_start_adapters(
     progress: Progress | None,
     device: torch.device,
 ) -> None:
-    """Warm-start the adapters of `todo` (policies of LoRA group `group`) on one copy of their base."""
+    base_dir = policy_dir(cfg, group[0])
+
+    def save(p: str, _: int, adapter: AdapterWeights) -> None:
+        _write_atomically(warm_adapter_dir(cfg, p), cfg, p, adapter, base_dir)
+        log.info("[%s] warm-started adapter saved to %s", p, warm_adapter_dir(cfg, p))
+
+    train_adapters(cfg, group, todo, device, save, progress=progress)
+
+
+AdapterSink = Callable[[str, int, AdapterWeights], None]
+"""(policy, updates done, its adapter on the shared base): an adapter to keep, read before it trains on."""
+
+
+def train_adapters(
+    cfg: RunConfig,
+    group: list[str],
+    todo: list[str],
+    device: torch.device,
+    save: AdapterSink,
+    *,
+    progress: Progress | None = None,
+    at: Collection[int] | None = None,
+) -> dict[str, list[float]]:
+    """Warm-start the adapters of `todo` (policies of LoRA group `group`) on one copy of their base,
+    in turn; `save` gets each one after n updates for each n in `at` (default: `warmstart.steps`
+    alone, the finished adapter). Returns each policy's loss per step."""
     base_dir = policy_dir(cfg, group[0])
     tok = load_tokenizer(base_dir)
     ws = cfg.warmstart
+    at = {ws.steps} if at is None else set(at)
     # The adapters' A matrices: the same draw on every try.
     torch.manual_seed(cfg.run.seed)
     model = attach_adapters(load_model(base_dir, dtype="float32", device=str(device)), cfg, group, base_dir)
+    losses = {}
     for p in todo:
         adapter = AdapterWeights(model, p)
         adapter.activate()
         # As a full policy's warm start, whichever policies came before.
         torch.manual_seed(cfg.run.seed)
-        warm_start(
+        losses[p] = warm_start(
             model,
             _demo_source(cfg, p, tok),
             pad_id=tok.pad_token_id,
@@ -122,9 +149,10 @@ def _warm_start_adapters(
             answers_only=cfg.policies[p].path is not None,
             on_step=_reporter(p, progress),
             params=adapter.parameters(),
+            snapshot_at=at,
+            on_snapshot=lambda n, p=p, adapter=adapter: save(p, n, adapter),
         )
-        _write_atomically(warm_adapter_dir(cfg, p), cfg, p, adapter, base_dir)
-        log.info("[%s] warm-started adapter saved to %s", p, warm_adapter_dir(cfg, p))
+    return losses
 
 
 def _write_atomically(folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeights, base_dir: Path) -> None:
@@ -168,4 +196,4 @@ def _reporter(p: str, progress: Progress | None) -> Callable[[int, int, float], 
     return report
 
 
-__all__ = ["prepare_models"]
+__all__ = ["AdapterSink", "prepare_models", "train_adapters"]

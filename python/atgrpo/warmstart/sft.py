@@ -10,7 +10,7 @@ The model is trained in place and left in eval mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import torch
 
@@ -34,6 +34,8 @@ def warm_start(
     answers_only: bool = False,
     on_step: Callable[[int, int, float], None] | None = None,
     params: Iterable[torch.nn.Parameter] | None = None,
+    snapshot_at: Collection[int] = (),
+    on_snapshot: Callable[[int], None] | None = None,
 ) -> list[float]:
     """Train `model` for `steps` AdamW steps, step s on the pairs `make_pairs(s)` (one batch);
     returns the loss per step (mean negative log-likelihood per response token).
@@ -46,7 +48,11 @@ def warm_start(
     float rounding.
 
     `params`: the parameters trained (default: all of `model`'s); a LoRA policy's adapter, whose
-    base and sibling adapters then get no update and no optimizer state."""
+    base and sibling adapters then get no update and no optimizer state.
+
+    `on_snapshot(n)` is called once `n` updates are done, for each `n` in `snapshot_at` from 0 to
+    `steps`: a sweep reads the model at several step counts from one run (the
+    same models as shorter runs, since the demos and the lr do not depend on `steps`)."""
     if steps <= 0:
         return []
     trained = list(model.parameters() if params is None else params)
@@ -54,6 +60,8 @@ def warm_start(
     model.train()
     losses = []
     for step in range(steps):
+        if step in snapshot_at and on_snapshot is not None:
+            on_snapshot(step)
         (mb,) = pair_microbatches(make_pairs(step), max_tokens=10**9, pad_id=pad_id, share_prefix=answers_only)
         mb = mb.to(model_device(model))
         logp, _ = token_logprobs(model, mb, 1.0)
@@ -66,6 +74,8 @@ def warm_start(
         losses.append(loss.item())
         if on_step is not None and (step % min(25, max(1, steps // 8)) == 0 or step == steps - 1):
             on_step(step + 1, steps, losses[-1])
+    if steps in snapshot_at and on_snapshot is not None:
+        on_snapshot(steps)
     model.eval()
     return losses
 
