@@ -5,10 +5,10 @@ offer `actor_slot`, so that placement is forced across them. Each run is the rea
 
 - a clean run trains, its actors ran on the two workers and its learner on the head (processes.jsonl),
   and nothing of it is left on the cluster: no Ray actor, placement group or process;
-- SIGKILL of an actor process mid-run: Ray restarts it, the run finishes, and it trained on exactly
-  the samples of the clean run (the same metrics that depend only on what was sampled and trained;
-  staleness 0: every sample's version was the one its unit was leased under);
-- a worker node removed mid-run: its actor comes back on the other worker, same result;
+- faults mid-run, both in one run: SIGKILL of one actor's process (Ray restarts it) and the removal
+  of the other actor's worker node (its actor comes back on the remaining worker); the run finishes
+  and it trained on exactly the samples of the clean run (the same metrics that depend only on what
+  was sampled and trained; staleness 0: every sample's version was the one its unit was leased under);
 - SIGTERM to the driver (what `ray job stop` sends): a checkpoint; a new run on the same out_dir
   resumes from it and finishes;
 - too few resources: an error naming them within seconds, and no placement group left pending;
@@ -179,21 +179,6 @@ def test_trains_with_actors_on_the_workers_and_leaves_nothing(cluster: Cluster, 
     assert_nothing_left(out)
 
 
-def test_killed_actor_is_restarted_and_changes_nothing_but_time(
-    cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
-) -> None:
-    out = tmp_path / "kill"
-    proc, log = start_training(out, cluster)
-    victim = next(r for r in processes(out) if r["name"] == "actor0")
-    os.kill(victim["pid"], signal.SIGKILL)
-    assert finish(proc, log) == 0, log.read_text()[-4000:]
-    again = [r for r in processes(out) if r["name"] == "actor0" and r["event"] == "restarted"]
-    assert again and again[0]["pid"] != victim["pid"], processes(out)
-    assert "actor0 restarted by Ray" in log.read_text()
-    same_training(train_rows(out / "metrics.jsonl"), train_rows(clean[0] / "metrics.jsonl"))
-    assert_nothing_left(out)
-
-
 def assert_strangers_get_no_answer(log: Path, proc: subprocess.Popen) -> None:
     """CURVE: a client without the run's keys, at the hub's tcp address, is never answered."""
     from atgrpo.errors import TransportTimeout
@@ -237,16 +222,28 @@ def test_too_few_resources_is_an_error_naming_them(cluster: Cluster, tmp_path: P
     assert_nothing_left(out)
 
 
-def test_lost_node_brings_its_actor_back_on_the_other(
+def test_killed_actor_and_lost_node_change_nothing_but_time(
     cluster: Cluster, clean: tuple[Path, str], tmp_path: Path
 ) -> None:
-    out = tmp_path / "node"
+    """Two faults in one run (one run's start-up, not two): actor0's process is killed and actor1's
+    node removed at once, after step 1. Ray restarts actor0 (a new process on its live node) and
+    brings actor1 back on the remaining worker. Both at once, not one after the other: no unit is
+    done until an actor is back, so actor1's return has at least the lead it had in a run that lost
+    only its node (the other actor must restart before it can work alone), and no wait for the first
+    restart eats into the steps left for the second fault."""
+    out = tmp_path / "faults"
     proc, log = start_training(out, cluster)
+    victim = next(r for r in processes(out) if r["name"] == "actor0")
     lost = next(r for r in processes(out) if r["name"] == "actor1")
+    assert victim["node_id"] != lost["node_id"], processes(out)  # spread, as in the clean run
     node = next(n for n in cluster.worker_nodes if n.node_id == lost["node_id"])
+    os.kill(victim["pid"], signal.SIGKILL)
     cluster.remove_node(node, allow_graceful=False)
     try:
         assert finish(proc, log) == 0, log.read_text()[-4000:]
+        again = [r for r in processes(out) if r["name"] == "actor0" and r["event"] == "restarted"]
+        assert again and again[0]["pid"] != victim["pid"], processes(out)
+        assert "actor0 restarted by Ray" in log.read_text()
         back = [r for r in processes(out) if r["name"] == "actor1" and r["event"] == "restarted"]
         assert back and back[-1]["node_id"] != lost["node_id"], processes(out)
         same_training(train_rows(out / "metrics.jsonl"), train_rows(clean[0] / "metrics.jsonl"))
