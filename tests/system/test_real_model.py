@@ -1,13 +1,20 @@
 """The real model end to end: SmolLM2-135M-Instruct (its own chat template, stop token and context)
-through `atgrpo-train` with each engine, one step of the code and math workflows (sandbox and
+through `atgrpo-train` with the vLLM engine, one step of the code and math workflows (sandbox and
 verifier) and `atgrpo-eval` on the public GSM8K and HumanEval sets (these two in this process,
 torch engine: CI time).
 
-The training runs are small (two steps, one env, K = 2, one turn, paper prompts) but complete:
+The training run is small (two steps, one env, K = 2, one turn, paper prompts) but complete:
 every sample admitted, the engine's log-probabilities equal to the learner's within 1e-3 (fp32),
 and the weights of step 1 served at step 2. That last point is checked by its consequence: one
 update moves the learner's log-probabilities by far more than 1e-3 (measured here on the step-1
 checkpoint), so an engine still holding version 0 at step 2 would show a large mismatch.
+
+One run, on vLLM: the engine whose full-weight reload in an actor no other `atgrpo-train` run
+takes. The torch engine's parts of the same run are taken elsewhere: on the real model, full weights
+served after a step through `atgrpo-train` (tests/test_bench_learning.py, the smollm2 arm's end
+evaluation), adapters served at step 2 within the same 1e-3 (test_lora_train.py, code-torch) and
+version 0 within 1e-3 (this file's one-step tests, tests/engines/test_torch_engine.py); full weights
+served to an actor and checked against the learner at every step on the tiny model (test_two_ranks.py).
 """
 
 from __future__ import annotations
@@ -59,15 +66,10 @@ def real_sets(out: Path, model: Path, **extra: object) -> list[str]:
     return [f"{k}={v}" for k, v in sets.items()]
 
 
-@pytest.mark.parametrize("engine", ["torch", "vllm"])
-def test_atgrpo_train_with_the_real_model(engine: str, smollm2: Path, tmp_path: Path) -> None:
-    out = tmp_path / engine
-    # The torch run keeps step 1's checkpoint for the update-size check below (checkpoints of a
-    # 135M model cost seconds each, so the vLLM run keeps only the last).
-    every = 1 if engine == "torch" else 2
-    run = run_train(
-        out, real_sets(out, smollm2, rollout__engine=f'"{engine}"', run__checkpoint_every=every), timeout_s=RUN_S
-    )
+def test_atgrpo_train_with_the_real_model(smollm2: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vllm"
+    # A checkpoint every step: step 1's is the update-size check's below.
+    run = run_train(out, real_sets(out, smollm2, rollout__engine='"vllm"', run__checkpoint_every=1), timeout_s=RUN_S)
     assert run.returncode == 0, run.output[-4000:]
     rows = run.train_rows()
     assert sorted(rows) == [1, 2]
@@ -78,8 +80,6 @@ def test_atgrpo_train_with_the_real_model(engine: str, smollm2: Path, tmp_path: 
     final = load_model(out / "checkpoints/step_000002/shared/model").state_dict()
     base = load_model(smollm2).state_dict()
     assert any(not torch.equal(final[k], base[k]) for k in base)
-    if engine != "torch":
-        return
     # The step-1 update moves log-probabilities by far more than the mismatch bound.
     tok_engine, tok = open_engine(smollm2, RolloutSection(), policy="p")
     prompts = [encode_prompt(tok, f"Give the moves from A to G, number {i}.", chat=True) for i in range(2)]
