@@ -39,7 +39,7 @@ def write_config(tmp_path: Path, b_lora: bool = True) -> Path:
 
 def test_each_count_is_evaluated_with_the_adapters_a_warm_start_that_long_ends_with(tmp_path: Path) -> None:
     config, out = write_config(tmp_path), tmp_path / "sweep"
-    argv = ["warmstart", str(config), "--lr", "1e-2", "--at", "0,2,3", "--levels", "3", "--out", str(out)]
+    argv = ["warmstart", str(config), "--lr", "1e-2,1e-2", "--at", "3,0,2,2", "--levels", "3", "--out", str(out)]
     assert learning.main([*argv, "--json", str(tmp_path / "sweep.json")]) == 0
     rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
     assert [(r["lr"], r["steps"], r["levels"]) for r in rows] == [(1e-2, 0, 3), (1e-2, 2, 3), (1e-2, 3, 3)]
@@ -72,7 +72,7 @@ def test_a_config_with_a_full_policy_is_refused_with_its_name(tmp_path: Path, ca
 
 def test_bad_counts_are_refused_by_the_parser(tmp_path: Path, capsys) -> None:
     config = write_config(tmp_path)
-    for bad in ("x", "-1", ""):
+    for bad in ("x", "-1", "", "0"):  # "0": no count with a step to train
         try:
             learning.main(["warmstart", str(config), "--at", bad])
         except SystemExit as exc:

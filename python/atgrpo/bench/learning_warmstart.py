@@ -37,7 +37,7 @@ def sweep(
     """One row per (lr, step count): held-out greedy success of the team with those adapters, the
     mean warm-start loss of each policy's last steps before the count, and the warm start's wall."""
     rows = []
-    for lr in lrs:
+    for lr in dict.fromkeys(lrs):  # an lr given twice is swept once
         # One out_dir for every lr: a built tiny base is made once.
         cfg = load_config(
             config,
@@ -68,7 +68,7 @@ def sweep(
         for group in lora_bases(cfg):
             losses |= train_adapters(cfg, group, group, resolve_device(cfg.train.device), keep, at=at)
         wall = time.perf_counter() - t0
-        for n in sorted(at):
+        for n in sorted(set(at)):  # a count given twice is evaluated once
             argv = [str(config), "--seeds", str(levels), *(a for s in sets for a in ("--set", s))]
             for role, p in cfg.agent_policy().items():
                 argv += ["--role-model", f"{role}={policy_dir(cfg, p)}", "--adapter", f"{role}={kept / f'step{n}' / p}"]
@@ -114,6 +114,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-results/learning/warmstart"), help="adapters' folder")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
+    if max(args.at) < 1:  # else the config check below would blame the policies for a zero-step warm start
+        parser.error("--at: the largest count must be at least 1 (count 0 is the untrained adapter)")
     try:
         levels = args.levels if args.levels is not None else load_config(args.config, args.sets).run.eval_seeds
         rows = sweep(args.config, args.lr, args.at, args.seed, levels, args.out, args.sets)

@@ -51,8 +51,8 @@ def warm_start(
     base and sibling adapters then get no update and no optimizer state.
 
     `on_snapshot(n)` is called once `n` updates are done, for each `n` in `snapshot_at` from 0 to
-    `steps`: a sweep reads the model at several step counts from one run (the
-    same models as shorter runs, since the demos and the lr do not depend on `steps`)."""
+    `steps`: a sweep reads the model at several step counts from one run (the same models as
+    shorter runs, since the demos and the lr do not depend on `steps`)."""
     if steps <= 0:
         return []
     trained = list(model.parameters() if params is None else params)
