@@ -11,6 +11,7 @@ from atgrpo.bench import env as env_bench
 from atgrpo.bench import transport as transport_bench
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("suite", ["env", "kernels"])
 def test_bench_cli_writes_a_table_and_json(suite: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
@@ -34,6 +35,7 @@ def test_env_step_bench_measures_both_sides(monkeypatch: pytest.MonkeyPatch) -> 
     assert all(r.value > 0 and r.reference_value > 0 for r in rows)
 
 
+@pytest.mark.integration
 def test_transport_bench_writes_every_row(tmp_path: Path) -> None:
     # `atgrpo-bench transport --quick --json <path>`, as the generic case above, plus its row names.
     out = tmp_path / "transport.json"
@@ -66,6 +68,7 @@ def test_transport_bench_payloads() -> None:
     assert len(batch.samples) == 16 and all(len(s.response_ids) == 200 for s in batch.samples)
 
 
+@pytest.mark.integration
 def test_engines_bench_reports_every_ratio(smollm2, tmp_path: Path) -> None:
     """`atgrpo-bench engines --quick` on the real model: throughput of both engines against
     transformers' generate, reload against a fresh start, and the logprob mismatch against its bound."""

@@ -69,6 +69,7 @@ def test_the_vllm_lines_say_what_they_check(monkeypatch, capsys, tmp_path):
     assert all(f"  {k}: {v}" in out for k, v in CHECKS.items())
 
 
+@pytest.mark.integration
 def test_the_check_runs_on_the_cpu(smollm2):
     rows = {r.name.split(" (")[0]: r for r in gpu.run(quick=True, device="cpu", vllm=False)}
     assert rows["torch engine vs learner mismatch"].target_met
@@ -91,6 +92,7 @@ def test_the_scale_check_fails_when_updates_do_not_land(monkeypatch):
         gpu_scale.run_case("torch", 0, True, "cpu")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("device", ["cpu"])
 def test_two_ranks_train_equal_replicas(tmp_path, device):
     folder = build_tiny_model(
@@ -117,6 +119,7 @@ def test_two_ranks_train_equal_replicas(tmp_path, device):
     assert done.stdout.count("checksums") == 2
 
 
+@pytest.mark.integration
 def test_the_vllm_child_runs_on_the_cpu_build(smollm2, tmp_path):
     """`atgrpo-bench gpu`'s vLLM check on vLLM's CPU build (V1 runner, no sleep): the published set
     (SmolLM2's tied head once) reloads, changes the outputs, and the originals bring them back."""

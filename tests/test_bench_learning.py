@@ -302,6 +302,7 @@ def run_tiny(out: Path, suite: str, arms: tuple[str, ...], extra: list[str], see
     return check_tables(out, suite, arms, seeds, extra)
 
 
+@pytest.mark.integration
 def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     summary = run_tiny(suites_out, "ordering", ("mas_prompt", "mas_atgrpo"), TINY)
     assert summary["arms"]["mas_prompt"]["gain"]["max"] == 0.0  # no RL: the end is the start
@@ -324,6 +325,7 @@ def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch
         learning.run_suite(learning.SUITES["ordering"], out=suites_out, only=("nope",))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("suite", "arms", "extra", "seeds"),
     [

@@ -12,6 +12,7 @@ import pytest
 from atgrpo.bench import scale_model
 
 
+@pytest.mark.integration
 def test_scale_quick_runs_the_real_hub_against_simulated_actors(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     result = subprocess.run(
