@@ -197,6 +197,7 @@ def test_the_engines_dtype_is_the_configs_unless_given(tiny, tmp_path, monkeypat
     assert seen == [want]
 
 
+@pytest.mark.integration
 def test_cli_subprocess_smoke(tiny, tmp_path):
     out = tmp_path / "res.json"
     cmd = [

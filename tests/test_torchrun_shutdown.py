@@ -17,10 +17,13 @@ from torch.distributed.run import get_args_parser
 
 from atgrpo.launch.local import TORCHRUN_SHUTDOWN_S, learner_command
 
-pytestmark = pytest.mark.skipif(
-    not any("--shutdown-timeout" in a.option_strings for a in get_args_parser()._actions),
-    reason="this torch's torchrun has no --shutdown-timeout (torch 2.11 on the H200 machine); the pin, torch 2.13, has it",
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not any("--shutdown-timeout" in a.option_strings for a in get_args_parser()._actions),
+        reason="this torch's torchrun has no --shutdown-timeout (torch 2.11 on the H200 machine); the pin, torch 2.13, has it",
+    ),
+]
 
 HERE = Path(__file__).resolve().parent
 CHECKPOINT_S = 4.0

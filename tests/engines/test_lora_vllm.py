@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 HERE = Path(__file__).resolve().parent
 
 OWN_ADAPTER_BOUND = 1e-4 + 1e-3

@@ -28,6 +28,7 @@ def prompts_of(tok, n: int) -> list[list[int]]:
     return [encode_prompt(tok, f"Write one sentence about the number {i}.", chat=True) for i in range(n)]
 
 
+@pytest.mark.integration
 def test_chat_prompts_are_token_ids_of_the_models_template(engine_and_tok):
     _, tok = engine_and_tok
     ids = encode_prompt(tok, "hello", chat=True)
@@ -35,6 +36,7 @@ def test_chat_prompts_are_token_ids_of_the_models_template(engine_and_tok):
     assert tok.decode(ids).endswith("<|im_start|>assistant\n") and "hello" in tok.decode(ids)
 
 
+@pytest.mark.integration
 def test_k_copies_differ_and_a_seed_reproduces_them(engine_and_tok):
     engine, tok = engine_and_tok
     (prompt,) = prompts_of(tok, 1)
@@ -44,6 +46,7 @@ def test_k_copies_differ_and_a_seed_reproduces_them(engine_and_tok):
     assert [(o.token_ids, o.logprobs) for o in a] == [(o.token_ids, o.logprobs) for o in b]
 
 
+@pytest.mark.integration
 def test_logprobs_equal_the_learners_and_stops_come_from_the_model(engine_and_tok, hf, smollm2):
     engine, tok = engine_and_tok
     facts = model_facts(smollm2, tok)
@@ -62,6 +65,7 @@ def test_logprobs_equal_the_learners_and_stops_come_from_the_model(engine_and_to
     assert mean <= 1e-4 and worst <= 1e-3
 
 
+@pytest.mark.integration
 def test_nucleus_logprobs_are_renormalised(engine_and_tok, hf, smollm2):
     engine, tok = engine_and_tok
     prompts = prompts_of(tok, 4)
@@ -71,6 +75,7 @@ def test_nucleus_logprobs_are_renormalised(engine_and_tok, hf, smollm2):
     assert min(gaps) >= -1e-4 and max(gaps) > 1e-2
 
 
+@pytest.mark.integration
 def test_a_prompt_longer_than_the_engine_budget_is_a_typed_error(engine_and_tok):
     engine, _ = engine_and_tok
     budget = engine.context_length  # rollout.max_prompt_tokens + max_new_tokens, below the model's 8192

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 600
 

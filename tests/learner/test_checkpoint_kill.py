@@ -39,6 +39,8 @@ from atgrpo.config import load_config
 from atgrpo.learner.checkpoints import RunState
 from atgrpo.learner.trainer import Trainer
 
+pytestmark = pytest.mark.integration
+
 out, model_dir, point = sys.argv[1:4]
 cfg = load_config(None, [f'run.out_dir="{out}"', f'policies.shared.path="{model_dir}"'])
 trainer = Trainer(cfg)

@@ -124,6 +124,7 @@ def assert_weights_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[k], b[k]), k
 
 
+@pytest.mark.integration
 def test_atgrpo_learner_imports_without_deepspeed():
     code = (
         "import sys, atgrpo.learner.backends, atgrpo.learner.backends.torch_backend, atgrpo.learner.distributed;"
@@ -291,6 +292,7 @@ def full_batch_reference(model_dir, steps, grad_clip):
     return metrics, after_2, snapshot(ref)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stage", STAGES)
 def test_two_ranks_match_full_batch(two_ranks, full_batch_reference, grad_clip, stage):
     ranks = [torch.load(two_ranks / f"stage{stage}_rank{r}.pt", weights_only=True) for r in range(2)]
@@ -307,6 +309,7 @@ def test_two_ranks_match_full_batch(two_ranks, full_batch_reference, grad_clip, 
     assert ref_metrics[0]["grad_norm"] < grad_clip < ref_metrics[1]["grad_norm"]  # step 2 clipped, step 1 not
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stage", STAGES)
 def test_two_ranks_checkpoint_resume_is_exact(two_ranks, stage):
     for r in range(2):
@@ -335,6 +338,7 @@ def test_shared_prefix_batches_under_zero(world_of_one, model_dir, stage):
         assert_weights_close(ds.export_weights(), snapshot(ref))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stage", STAGES)
 def test_two_ranks_streamed_equal_batch(two_ranks, full_batch_reference, stage):
     """The same update when each rank's share arrives in chunks (a streaming learner) as when the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from spawned_ranks import spawn_ranks
@@ -14,6 +15,8 @@ from atgrpo.config import load_config
 from atgrpo.learner.distributed import free_port
 from atgrpo.learner.trainer import Trainer
 from atgrpo.warmstart.prepare import prepare_models
+
+pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path):

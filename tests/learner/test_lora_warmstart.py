@@ -193,6 +193,7 @@ def test_kl_reference_of_a_warm_started_adapter_is_that_adapter(tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_smollm2_adapter_warm_start_moves_lora_b(smollm2, tmp_path):
     """A few warm-start steps of an adapter on the real SmolLM2 weights (shared-prefix layout, real
     vocabulary): lora_B leaves zero, and the base folder (the imported model) is used as it is."""

@@ -103,6 +103,7 @@ def _rank_main(rank: int, world: int, port: int, failures) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.integration
 def test_each_rank_receives_exactly_its_plan() -> None:
     world = 3
     spawn_ranks(_rank_main, world, world, free_port())

@@ -70,5 +70,6 @@ def _rank(rank: int, port: int, failures) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.integration
 def test_two_ranks_agree_on_equal_weights_and_name_the_tensor_that_drifted():
     spawn_ranks(_rank, 2, free_port())

@@ -212,6 +212,7 @@ def _rank_main(rank: int, port: int, out: str, failures) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.integration
 def test_two_ranks_over_gloo_remove_once_every_part_is_written(tmp_path: Path) -> None:
     for step in (1, 2):
         make_checkpoint(tmp_path / "checkpoints", step)

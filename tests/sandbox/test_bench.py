@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 
 def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> None:
     out = tmp_path / "sandbox.json"

@@ -27,6 +27,8 @@ from systest_util import (
     wait_for,
 )
 
+pytestmark = pytest.mark.integration
+
 HARNESS = Path(__file__).with_name("actor_harness.py")
 UNIT_TIMEOUT_S = 3
 STEPS = 2

@@ -31,6 +31,8 @@ from systest_util import (
     wait_for,
 )
 
+pytestmark = pytest.mark.integration
+
 HARNESS = Path(__file__).with_name("learner_harness.py")
 ENVS = 8
 RTOL = 1e-4

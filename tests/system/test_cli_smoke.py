@@ -129,6 +129,7 @@ def test_tiny_run_writes_everything(reference_run: Run) -> None:
     assert all(r["rollout/staleness_max"] == 0.0 for r in reference_run.train_rows().values())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("sig", "status", "name"),
     [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")],

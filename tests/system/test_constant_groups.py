@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from systest_util import run_train, tiny_sets
+
+pytestmark = pytest.mark.integration
 
 
 def test_constant_rewards_log_no_mismatch_and_warn_once(tmp_path: Path) -> None:

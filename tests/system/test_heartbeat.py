@@ -40,6 +40,7 @@ CALL_S = 0.6
 # -- the hub's side ------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_progress_renews_only_the_holders_lease(make_hub, connect) -> None:  # noqa: F811
     hub = make_hub(unit_timeout_s=LEASE_S)
     a, b = connect(hub, "a"), connect(hub, "b")
@@ -163,6 +164,7 @@ def _run_in_thread(actor: Actor, max_units: int) -> list:
     return result
 
 
+@pytest.mark.integration
 def test_an_evaluation_unit_longer_than_its_lease_keeps_it_while_it_reports(tmp_path: Path, monkeypatch) -> None:
     ends = _slow_engines(monkeypatch)
     hub, actor = _hub_and_actor(tmp_path)
@@ -182,6 +184,7 @@ def test_an_evaluation_unit_longer_than_its_lease_keeps_it_while_it_reports(tmp_
         hub.stop("test over", drain_s=0.0)
 
 
+@pytest.mark.integration
 def test_an_actor_that_stops_reporting_loses_its_unit(tmp_path: Path, monkeypatch) -> None:
     _slow_engines(monkeypatch)
     hub, actor = _hub_and_actor(tmp_path)

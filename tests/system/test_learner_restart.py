@@ -24,6 +24,8 @@ from systest_util import (
 )
 from test_resume import assert_same_tensors, load
 
+pytestmark = pytest.mark.integration
+
 
 def test_killed_learner_restarts_and_the_actor_rejoins(
     tmp_path: Path, processes: Processes, reference_run: Run

@@ -23,6 +23,8 @@ from test_real_model import MISMATCH_MAX, RUN_S, real_sets
 
 from atgrpo.models.adapters import read_adapter
 
+pytestmark = pytest.mark.integration
+
 SMOLLM2_BYTES = 134_515_008 * 4
 """SmolLM2-135M's weights in fp32: what one full weight sync sends."""
 

@@ -51,7 +51,10 @@ def _netns_usable() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not _netns_usable(), reason="needs root and `ip netns` (network namespaces)")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not _netns_usable(), reason="needs root and `ip netns` (network namespaces)"),
+]
 
 
 @pytest.fixture

@@ -36,6 +36,8 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install 'atgrpo[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 STEPS = 8
 RUN_TIMEOUT_S = 300.0
 SAME = (

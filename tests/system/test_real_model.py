@@ -35,6 +35,8 @@ from atgrpo.models.folder import load_model
 from atgrpo.verify.math import verify_math
 from atgrpo.workflows.prompts import encode_prompt
 
+pytestmark = pytest.mark.integration
+
 RUN_S = 280.0
 MISMATCH_MAX = 1e-3
 DATASETS = Path(os.environ.get("ATGRPO_DATASETS_DIR") or Path(__file__).resolve().parents[3] / "shared" / "datasets")

@@ -34,6 +34,7 @@ def two_policy_toml(path: Path) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_two_policies_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "two"
     config = two_policy_toml(tmp_path / "two_policies.toml")

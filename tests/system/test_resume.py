@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 from systest_util import (
     REFERENCE_STEPS,
@@ -21,6 +22,8 @@ from systest_util import (
     tiny_sets,
     train_rows,
 )
+
+pytestmark = pytest.mark.integration
 
 SAME = (
     "rollout/samples",

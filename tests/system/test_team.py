@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from systest_util import TINY_MODEL, run_train, tiny_sets
 
 from atgrpo.config import load_config
+
+pytestmark = pytest.mark.integration
 
 POLICIES = ("shared", "judge")
 MISMATCH_MAX = 1e-3

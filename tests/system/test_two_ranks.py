@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from systest_util import read_rows, run_direct, tiny_sets
 
+pytestmark = pytest.mark.integration
+
 STEPS = 3
 
 

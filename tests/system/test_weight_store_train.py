@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from systest_util import read_rows, run_train, tiny_sets
 
 from atgrpo.transport.weight_store import MARKER
+
+pytestmark = pytest.mark.integration
 
 
 def test_tiny_run_takes_its_weights_from_the_store(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +44,7 @@ def check_agreement(verifier: MathVerifier, pairs: list[tuple[str, str]]) -> int
     return len(decided)
 
 
+@pytest.mark.integration
 def test_gsm8k_test_answers_in_variants(slow_verifier: MathVerifier, gsm8k_test: Path) -> None:
     golds = sorted({p.answer for p in load_gsm8k(gsm8k_test)})
     pairs = sorted({(a, g) for g in golds for a in variants(g)})
