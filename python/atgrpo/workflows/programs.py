@@ -125,16 +125,21 @@ class PrintedOutput:
 
 def run_printing_programs(sandbox: LazySandbox, texts: Sequence[str]) -> list[PrintedOutput]:
     """Extract each answer's program and run those that compile, in one sandbox batch; one result per
-    answer, in order. Nothing is started when no program compiles."""
+    answer, in order. Nothing is started when no program compiles.
+
+    Cached by program text: answers whose extracted programs are the same text share one run and its
+    result (a program reads no input, so the text is the whole run), and different texts never share
+    one. The cache lives for this call (the batch of one turn); a program whose output is not a
+    function of its text (it reads the clock, draws at random) gives all its copies one draw."""
     codes = [extract_code(t) for t in texts]
-    ok = [i for i, c in enumerate(codes) if compiles(c)]
-    runs = sandbox.get().run_batch([stdio_program(codes[i], [("", None)]) for i in ok]) if ok else []
-    tests = {i: r.tests[0] for i, r in zip(ok, runs)}
+    distinct = [c for c in dict.fromkeys(codes) if compiles(c)]
+    runs = sandbox.get().run_batch([stdio_program(c, [("", None)]) for c in distinct]) if distinct else []
+    by_code = {c: r.tests[0] for c, r in zip(distinct, runs)}
     return [
-        PrintedOutput(code, None, "", b"")
-        if i not in tests
-        else PrintedOutput(code, tests[i].verdict, tests[i].detail, tests[i].stdout)
-        for i, code in enumerate(codes)
+        PrintedOutput(code, by_code[code].verdict, by_code[code].detail, by_code[code].stdout)
+        if code in by_code
+        else PrintedOutput(code, None, "", b"")
+        for code in codes
     ]
 
 
