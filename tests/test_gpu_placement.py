@@ -273,7 +273,7 @@ def test_regression_guard_the_plan_stays_in_band_of_the_peaks_it_was_fitted_to(c
 
 FP32_CONTROL_PEAK = 34.54
 """Held out: the torch backend, checkpointing on, train.dtype = "float32", same shape and batch
-(`python -m atgrpo.bench.gpu_scale torch 0 1 cuda float32`), an H100, 2026-11-27 (docs/gpus.md,
+(`python -m atgrpo.bench.gpu.learner_scale torch 0 1 cuda float32`), an H100, 2026-11-27 (docs/gpus.md,
 "Learner at scale"). No constant of the plan was fitted to it: fp32 counts 4 bytes a value."""
 
 

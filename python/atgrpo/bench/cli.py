@@ -40,11 +40,12 @@ SUITES = {
 }
 LONG = {
     "learning": "atgrpo.bench.learning",
-    "gpu": "atgrpo.bench.gpu",
+    "gpu": "atgrpo.bench.gpu.suite",
     "lora": "atgrpo.bench.lora",
-    "scale": "atgrpo.bench.scale",
+    "scale": "atgrpo.bench.scale.suite",
 }
-"""Suites that take many minutes, or need a GPU: run only when named."""
+"""Suites that take many minutes, or need a GPU: run only when named. A family of several modules is
+a subpackage (`gpu`, `scale`); the module named here is the one the suite runs."""
 NOT_RUN = 2
 """Exit status of a suite that cannot run on this machine (it prints why)."""
 

@@ -1,6 +1,6 @@
 """The vLLM part of `atgrpo-bench gpu`, in a process of its own:
 
-    python -m atgrpo.bench.gpu_vllm MODEL_FOLDER OUT.json [--device cuda] [--quick]
+    python -m atgrpo.bench.gpu.vllm_checks MODEL_FOLDER OUT.json [--device cuda] [--quick]
 
 Why a child: vLLM checks at start that the share of GPU memory it asks for is free, and sizes its
 KV cache from what it measures; the parent's torch engine, learner step and scale runs leave
@@ -46,7 +46,7 @@ def _runner(engine) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m atgrpo.bench.gpu_vllm")
+    parser = argparse.ArgumentParser(prog="python -m atgrpo.bench.gpu.vllm_checks")
     parser.add_argument("folder")
     parser.add_argument("out")
     parser.add_argument("--device", default="cuda")

@@ -9,7 +9,7 @@ with the env results; obey `NoWork.retry_after_s`; stop at `Shutdown`. Every sam
 the hub must accept (right version, whole groups, ids in the vocabulary), so any refusal the bench
 counts is the hub's fault, not the simulation's.
 
-Run as `python -m atgrpo.bench.scale_sim SPEC_JSON`: one worker process; prints one JSON line,
+Run as `python -m atgrpo.bench.scale.sim SPEC_JSON`: one worker process; prints one JSON line,
 a list with one record per actor, when every actor has been told to shut down.
 """
 

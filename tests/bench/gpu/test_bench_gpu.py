@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from atgrpo.bench import cli, gpu, gpu_scale
+from atgrpo.bench import cli
+from atgrpo.bench.gpu import learner_scale as gpu_scale
+from atgrpo.bench.gpu import suite as gpu
 from atgrpo.config import TinyModelSpec
 from atgrpo.models.tiny import build_tiny_model
 
@@ -43,7 +45,7 @@ def test_a_gpu_this_machine_does_not_have_is_one_line(monkeypatch, capsys, tmp_p
 def test_the_vllm_lines_say_what_they_check(monkeypatch, capsys, tmp_path):
     """The parent's side of the vLLM check, on a stand-in child's results (the child itself runs on
     vLLM's CPU build in `test_the_vllm_child_runs_on_the_cpu_build`)."""
-    from atgrpo.bench.gpu_vllm import CHECKS
+    from atgrpo.bench.gpu.vllm_checks import CHECKS
 
     result = {
         "start_s": 40.0,
@@ -106,7 +108,7 @@ def test_two_ranks_train_equal_replicas(tmp_path, device):
             "--standalone",
             "--nproc_per_node=2",
             "-m",
-            "atgrpo.bench.gpu_ranks",
+            "atgrpo.bench.gpu.ranks",
             str(folder),
             "--device",
             device,
@@ -125,7 +127,7 @@ def test_the_vllm_child_runs_on_the_cpu_build(smollm2, tmp_path):
     (SmolLM2's tied head once) reloads, changes the outputs, and the originals bring them back."""
     out = tmp_path / "vllm.json"
     done = subprocess.run(
-        [sys.executable, "-m", "atgrpo.bench.gpu_vllm", str(smollm2), str(out), "--device", "cpu", "--quick"],
+        [sys.executable, "-m", "atgrpo.bench.gpu.vllm_checks", str(smollm2), str(out), "--device", "cpu", "--quick"],
         capture_output=True,
         text=True,
         timeout=900,

@@ -1,4 +1,4 @@
-"""`atgrpo-bench scale`: the learner's real hub against N simulated actors (`scale_sim.py`).
+"""`atgrpo-bench scale`: the learner's real hub against N simulated actors (`sim.py`).
 
 The hub is `learner.hub.Hub` with its intake limits, on a CURVE-secured tcp endpoint, in this
 process; the actors are threads in a few worker processes, speaking the real protocol through the
@@ -16,10 +16,10 @@ real client. This process plays the learner: per step it publishes a version, op
 3. weights from the store: one version of `weights_mb` written once to a `WeightStore`
    (`transport.weights_store`), the actors reading it there.
 
-At the largest N the hub thread's Python stack is sampled (`scale_probes`) to say where its time
+At the largest N the hub thread's Python stack is sampled (`probes`) to say where its time
 goes. The machine is shared and small: every figure is read beside the N = smallest one of the same
 run (the ratio), and the simulated actors share the hub's cores, so the hub's figures at large N
-include their cost too (said in the report). The table is `scale_report`'s. The cluster model (`scale_model.py`) turns the
+include their cost too (said in the report). The table is `report`'s. The cluster model (`model.py`) turns the
 per-N figures into predicted weight-sync times.
 """
 
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from atgrpo.bench import scale_model
 from atgrpo.bench.report import BenchRow
-from atgrpo.bench.scale_probes import (
+from atgrpo.bench.scale import model as scale_model
+from atgrpo.bench.scale.probes import (
     Sampler,
     TimedHub,
     hub_thread_cpu,
@@ -49,8 +49,8 @@ from atgrpo.bench.scale_probes import (
     rss,
     wait_for_actors,
 )
-from atgrpo.bench.scale_report import SUITE, print_profile, rows_of
-from atgrpo.bench.scale_sim import (
+from atgrpo.bench.scale.report import SUITE, print_profile, rows_of
+from atgrpo.bench.scale.sim import (
     POLICY,
     RESPONSE_TOKENS,
     ROLES,
@@ -134,7 +134,7 @@ def _start_workers(
                 [
                     sys.executable,
                     "-m",
-                    "atgrpo.bench.scale_sim",
+                    "atgrpo.bench.scale.sim",
                     json.dumps(asdict(spec)),
                 ],
                 stdout=subprocess.PIPE,
@@ -358,7 +358,7 @@ def run(quick: bool) -> list[BenchRow]:
     return rows
 
 
-if __name__ == "__main__":  # `python -m atgrpo.bench.scale [--quick]`
+if __name__ == "__main__":  # `python -m atgrpo.bench.scale.suite [--quick]`
     from atgrpo.bench.report import print_table
 
     print_table(run("--quick" in sys.argv))

@@ -1,7 +1,7 @@
 """`atgrpo-bench gpu`'s learner at scale: steps of a Qwen3-1.7B-shaped model (random weights) against
 the GPU plan, and whether RL-sized updates (lr 1e-6) move the fp32 master weights under bf16.
 
-Each case runs in its own process (`python -m atgrpo.bench.gpu_scale BACKEND STAGE CKPT DEVICE`),
+Each case runs in its own process (`python -m atgrpo.bench.gpu.learner_scale BACKEND STAGE CKPT DEVICE`),
 so its peak memory and DeepSpeed's process group are its own. A case is three optimizer steps of
 two 8,192-token micro-batches (16 sequences of 256 prompt + 768 response tokens) with on-policy
 behaviour log-probs and random advantages, bf16, 1,024-token logit chunks. On `cuda` it reports
@@ -171,7 +171,7 @@ def rows(device: str) -> list[BenchRow]:
     """One row per case: the peak against the plan (on a GPU), and the step's tokens/s."""
     out = []
     for backend, stage, ckpt in CASES if device.startswith("cuda") else CASES[:1]:
-        cmd = [sys.executable, "-m", "atgrpo.bench.gpu_scale", backend, str(stage), str(int(ckpt)), device]
+        cmd = [sys.executable, "-m", "atgrpo.bench.gpu.learner_scale", backend, str(stage), str(int(ckpt)), device]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(

@@ -1,4 +1,4 @@
-"""The table and the profile `atgrpo-bench scale` prints, from its per-N figures (`scale.run_n`)."""
+"""The table and the profile `atgrpo-bench scale` prints, from its per-N figures (`suite.run_n`)."""
 
 from __future__ import annotations
 

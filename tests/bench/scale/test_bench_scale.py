@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.bench import scale_model
+from atgrpo.bench.scale import model as scale_model
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """One rank of `atgrpo-bench gpu`'s two-rank check; run under torchrun, `python -m
-atgrpo.bench.gpu_ranks MODEL_FOLDER [--device cpu]`.
+atgrpo.bench.gpu.ranks MODEL_FOLDER [--device cpu]`.
 
 Each rank takes its device from `atgrpo.devices` (cuda:LOCAL_RANK), joins the process group of that
 device (NCCL on GPUs), receives its plan from rank 0 over the wire the learner uses

@@ -5,12 +5,12 @@ on the built tiny model, in fp32:
 - a rollout with the torch engine, the engine's log-probabilities against the learner's on the same
   tokens (bound 1e-3), then one on-policy learner step on them (torch backend, one rank) whose own
   forward must agree with the engine within the same bound, peak GPU memory;
-- the learner at scale (`atgrpo.bench.gpu_scale`): steps of a Qwen3-1.7B-shaped model with the
+- the learner at scale (`atgrpo.bench.gpu.learner_scale`): steps of a Qwen3-1.7B-shaped model with the
   torch backend and DeepSpeed ZeRO 1-3, peak memory against the GPU plan, fp32 master weights that
   move at lr 1e-6 (on the CPU: a small shape, the torch backend only);
-- two learner ranks over NCCL (`atgrpo.bench.gpu_ranks` under torchrun) when two GPUs are visible:
+- two learner ranks over NCCL (`atgrpo.bench.gpu.ranks` under torchrun) when two GPUs are visible:
   one step each on its own share, replicas compared by checksum;
-- the vLLM engine when vLLM is installed (`atgrpo.bench.gpu_vllm`, in a child process): which model
+- the vLLM engine when vLLM is installed (`atgrpo.bench.gpu.vllm_checks`, in a child process): which model
   runner vLLM chose, the same mismatch, a reload of weights published as the learner publishes them
   (outputs change), of the originals (outputs come back), and on a GPU a sleep and wake (memory
   freed, outputs unchanged); what each line checks is printed under the table.
@@ -126,7 +126,7 @@ def _two_ranks(folder: Path) -> BenchRow:
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "atgrpo.bench.gpu_ranks",
+        "atgrpo.bench.gpu.ranks",
         str(folder),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -180,9 +180,9 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
             )
         )
         rows.append(_row("peak GPU memory, rollout + learner step", _peak_gb(dev), "GB"))
-        from atgrpo.bench import gpu_scale
+        from atgrpo.bench.gpu import learner_scale
 
-        rows += gpu_scale.rows(str(dev))
+        rows += learner_scale.rows(str(dev))
         if dev.type == "cuda" and torch.cuda.device_count() >= 2:
             rows.append(_two_ranks(folder))
         elif dev.type == "cuda":
@@ -194,9 +194,9 @@ def run(quick: bool, device: str = "cuda", vllm: bool = True) -> list[BenchRow]:
 
 
 def _vllm_rows(folder: Path, device: str, name: str, quick: bool) -> list[BenchRow]:
-    """The vLLM checks (`atgrpo.bench.gpu_vllm`, in a child process), one row each, and what each
+    """The vLLM checks (`atgrpo.bench.gpu.vllm_checks`, in a child process), one row each, and what each
     row checks printed under them."""
-    from atgrpo.bench.gpu_vllm import CHECKS
+    from atgrpo.bench.gpu.vllm_checks import CHECKS
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # what this process cached is free memory for the child's vLLM
@@ -205,7 +205,7 @@ def _vllm_rows(folder: Path, device: str, name: str, quick: bool) -> list[BenchR
         cmd = [
             sys.executable,
             "-m",
-            "atgrpo.bench.gpu_vllm",
+            "atgrpo.bench.gpu.vllm_checks",
             str(folder),
             str(result),
             "--device",
