@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from atgrpo.bench import lora
-from atgrpo.bench.learning import CONFIGS
+from atgrpo.bench.learning.suites import CONFIGS
 from atgrpo.config import load_config
 from atgrpo.config.lora import lora_bases, warm_starts_adapter
 

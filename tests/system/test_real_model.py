@@ -11,7 +11,7 @@ checkpoint), so an engine still holding version 0 at step 2 would show a large m
 
 One run, on vLLM: the engine whose full-weight reload in an actor no other `atgrpo-train` run
 takes. The torch engine's parts of the same run are taken elsewhere: on the real model, full weights
-served after a step through `atgrpo-train` (tests/test_bench_learning.py, the smollm2 arm's end
+served after a step through `atgrpo-train` (tests/bench/learning/test_bench_learning.py, the smollm2 arm's end
 evaluation), adapters served at step 2 within the same 1e-3 (test_lora_train.py, code-torch) and
 version 0 within 1e-3 (this file's one-step tests, tests/engines/test_torch_engine.py); full weights
 served to an actor and checked against the learner at every step on the tiny model (test_two_ranks.py).

@@ -39,23 +39,23 @@ SUITES = {
     "engines": "atgrpo.bench.engines",  # last: it starts vLLM in this process
 }
 LONG = {
-    "learning": "atgrpo.bench.learning",
+    "learning": "atgrpo.bench.learning.cli",  # its own parser: main() hands it the rest of the line
     "gpu": "atgrpo.bench.gpu.suite",
     "lora": "atgrpo.bench.lora",
     "scale": "atgrpo.bench.scale.suite",
 }
 """Suites that take many minutes, or need a GPU: run only when named. A family of several modules is
-a subpackage (`gpu`, `scale`); the module named here is the one the suite runs."""
+a subpackage (`learning`, `gpu`, `scale`); the module named here is the one the suite runs."""
 NOT_RUN = 2
 """Exit status of a suite that cannot run on this machine (it prints why)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["learning"]:  # its own arguments (SUITE, --seeds, --steps, --only): atgrpo.bench.learning
-        from atgrpo.bench import learning
+    if argv[:1] == ["learning"]:  # its own arguments (SUITE, --seeds, --steps, --only, subcommands)
+        from atgrpo.bench.learning.cli import main as learning_main
 
-        return learning.main(argv[1:])
+        return learning_main(argv[1:])
     parser = argparse.ArgumentParser(prog="atgrpo-bench", description=__doc__.split("\n")[0])
     parser.add_argument("suite", choices=[*SUITES, *LONG, "all"], help="what to measure")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (seconds, for smoke runs)")

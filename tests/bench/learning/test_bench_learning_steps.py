@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.bench import learning
-from atgrpo.bench.learning_steps import step_times
+from atgrpo.bench.learning import cli
+from atgrpo.bench.learning.steps import step_times
 
 
 def _write(run: Path, rows: list[dict]) -> Path:
@@ -53,13 +53,13 @@ def test_the_command_prints_a_table_writes_json_and_refuses_what_is_not_a_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _write(tmp_path / "a", [_step(1, 9.0, 5.0, 3.0), _step(2, 7.0, 4.0, 2.0), _step(3, 5.0, 2.0, 2.0)])
-    assert learning.main(["steps", str(run), "--json", str(tmp_path / "out.json")]) == 0
+    assert cli.main(["steps", str(run), "--json", str(tmp_path / "out.json")]) == 0
     assert f"| {run} | 3 | 6.0 | 3.0 | 2.0 | 3.0 |" in capsys.readouterr().out
     assert json.loads((tmp_path / "out.json").read_text())[str(run)]["step_s"] == 6.0
-    assert learning.main(["steps", str(tmp_path / "nothing")]) == 1
+    assert cli.main(["steps", str(tmp_path / "nothing")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
     _write(tmp_path / "empty", [{"step": 0, "eval/success": 0.0}])
-    assert learning.main(["steps", str(tmp_path / "empty")]) == 1
+    assert cli.main(["steps", str(tmp_path / "empty")]) == 1
     assert "no training step" in capsys.readouterr().err
 
 
@@ -79,5 +79,5 @@ def test_a_damaged_line_is_named_by_file_and_line(
         f.write(line + "\n")
     with pytest.raises(ValueError, match=f"metrics.jsonl:2: {why}"):
         step_times(run)
-    assert learning.main(["steps", str(run)]) == 1
+    assert cli.main(["steps", str(run)]) == 1
     assert f"{run / 'metrics.jsonl'}:2: {why}" in capsys.readouterr().err

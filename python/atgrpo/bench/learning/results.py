@@ -7,12 +7,12 @@ Invariants:
   model and core count, the commit, the resolved config's digest and the bench session (one call of
   `atgrpo-bench learning`). Fractions, not percents.
 - `render` is a pure function of the stored table: the text in README and docs is its output,
-  checked by tests/test_learning_tables.py, so a table cannot drift from its data.
+  checked by tests/bench/learning/test_learning_tables.py, so a table cannot drift from its data.
 - Provenance goes into the table itself: an arm whose runs came from another config, machine or
   round carries a note, printed as a numbered footnote beside its name. RL minutes, and the
   equal-wall-time view, are printed only when every run of the table ran on one machine in one
   session; else they compare machines or days and are left out.
-- Statistics are `learning_stats.py`'s (separation rule there).
+- Statistics are `stats.py`'s (separation rule there).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from atgrpo.bench.learning_stats import LATE_EVALS, SEPARATION_Z, mean_sd, paired, pct, summarize, value_at
-from atgrpo.bench.learning_stats import verdict as verdict_of
+from atgrpo.bench.learning.stats import LATE_EVALS, SEPARATION_Z, mean_sd, paired, pct, summarize, value_at
+from atgrpo.bench.learning.stats import verdict as verdict_of
 
 FORMAT = 1
 """Version of the stored file's layout; a file of another version is refused."""

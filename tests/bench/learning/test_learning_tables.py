@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.bench import learning
-from atgrpo.bench.learning_results import StoredArm, StoredRun, StoredTable, dump, load, render, render_summary
+from atgrpo.bench.learning import cli
+from atgrpo.bench.learning.results import StoredArm, StoredRun, StoredTable, dump, load, render, render_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 STORED = sorted((ROOT / "docs" / "results").glob("*.json"))
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 HEADER = "| arm | seeds | final | min | max | per seed |"
@@ -59,11 +59,11 @@ def test_every_published_suite_table_comes_from_stored_data() -> None:
 
 
 def test_the_report_command_prints_the_rendered_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert learning.main(["report", "ordering", "--out", str(tmp_path)]) == 0
+    assert cli.main(["report", "ordering", "--out", str(tmp_path)]) == 0
     text = render(load(ROOT / "docs/results/ordering.json"), "docs/results/ordering.json")
     assert text in capsys.readouterr().out
     assert (tmp_path / "ordering.md").read_text() == text
-    assert learning.main(["report", "nonesuch"]) == 1
+    assert cli.main(["report", "nonesuch"]) == 1
 
 
 def _run(start: float, final: float, late: float, session: str = "s", minutes: float = 10.0) -> StoredRun:

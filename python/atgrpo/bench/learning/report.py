@@ -1,7 +1,7 @@
 """The report of a learning suite: per-arm table over seeds, paired differences against the
 reference arm with the separation verdict, and the equal-wall-time view; written as `results.json`
-(the stored format, `learning_results.py`), `table.md` (rendered from it alone) and `summary.json`
-(numbers from `learning_stats.py`, runs read by `learning.py`).
+(the stored format, `results.py`), `table.md` (rendered from it alone) and `summary.json`
+(numbers from `stats.py`, runs read by `runner.py`).
 
 Quantities (fractions in the JSON, points in the table):
 - final: held-out greedy success at the end of the run (`eval.json` `eval_end`);
@@ -9,7 +9,7 @@ Quantities (fractions in the JSON, points in the table):
 - late: the mean of the last `LATE_EVALS` evaluations after the start one (`late_mean`), a steadier
   end point than final;
 - RL minutes: from the start evaluation to the last one (evaluations included, warm start not);
-  tabled only when every run ran in one session on one machine (`learning_results.one_sitting`);
+  tabled only when every run ran in one session on one machine (`results.one_sitting`);
 - wall: the whole `atgrpo-train` process (summary.json only).
 Equal wall time: T is the mean RL minutes of the fastest arm that trains (arms with no RL step, the
 prompt-only one, take no time and are left out of the choice); each arm's value is the mean over its
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from atgrpo.bench.learning_results import StoredArm, StoredRun, StoredTable, dump, render
-from atgrpo.bench.learning_stats import SEPARATION_Z, Summary, late_mean, paired, summarize, value_at, verdict
+from atgrpo.bench.learning.results import StoredArm, StoredRun, StoredTable, dump, render
+from atgrpo.bench.learning.stats import SEPARATION_Z, Summary, late_mean, paired, summarize, value_at, verdict
 
 
 class RunLike(Protocol):

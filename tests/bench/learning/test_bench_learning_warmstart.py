@@ -7,9 +7,11 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
-from atgrpo.bench import learning
+from atgrpo.bench import cli as bench_cli
+from atgrpo.bench.learning import cli
 from atgrpo.config import dump_config, load_config
 from atgrpo.models.adapters import read_adapter
 from atgrpo.paths import warm_adapter_dir
@@ -40,7 +42,7 @@ def write_config(tmp_path: Path, b_lora: bool = True) -> Path:
 def test_each_count_is_evaluated_with_the_adapters_a_warm_start_that_long_ends_with(tmp_path: Path) -> None:
     config, out = write_config(tmp_path), tmp_path / "sweep"
     argv = ["warmstart", str(config), "--lr", "1e-2,1e-2", "--at", "3,0,2,2", "--levels", "3", "--out", str(out)]
-    assert learning.main([*argv, "--json", str(tmp_path / "sweep.json")]) == 0
+    assert cli.main([*argv, "--json", str(tmp_path / "sweep.json")]) == 0
     rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
     assert [(r["lr"], r["steps"], r["levels"]) for r in rows] == [(1e-2, 0, 3), (1e-2, 2, 3), (1e-2, 3, 3)]
     assert all(0.0 <= r["success"] <= 1.0 and r["warmstart_s"] >= 0 for r in rows)
@@ -65,7 +67,7 @@ def test_each_count_is_evaluated_with_the_adapters_a_warm_start_that_long_ends_w
 
 def test_a_config_with_a_full_policy_is_refused_with_its_name(tmp_path: Path, capsys) -> None:
     config = write_config(tmp_path, b_lora=False)
-    assert learning.main(["warmstart", str(config), "--at", "1", "--levels", "2", "--out", str(tmp_path / "o")]) == 1
+    assert cli.main(["warmstart", str(config), "--at", "1", "--levels", "2", "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert "['b']" in err and "lora" in err
 
@@ -74,9 +76,15 @@ def test_bad_counts_are_refused_by_the_parser(tmp_path: Path, capsys) -> None:
     config = write_config(tmp_path)
     for bad in ("x", "-1", "", "0"):  # "0": no count with a step to train
         try:
-            learning.main(["warmstart", str(config), "--at", bad])
+            cli.main(["warmstart", str(config), "--at", bad])
         except SystemExit as exc:
             assert exc.code == 2
         else:
             raise AssertionError(f"--at {bad!r} accepted")
     assert "--at" in capsys.readouterr().err
+
+
+def test_its_help_is_reached_from_atgrpo_bench_learning(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        bench_cli.main(["learning", "warmstart", "--help"])
+    assert done.value.code == 0 and "usage: atgrpo-bench learning warmstart " in capsys.readouterr().out

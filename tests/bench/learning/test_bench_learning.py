@@ -1,4 +1,4 @@
-"""`atgrpo-bench learning` (`atgrpo.bench.learning*`): the statistics on known values, the report's
+"""`atgrpo-bench learning` (`atgrpo.bench.learning`): the statistics on known values, the report's
 arithmetic on hand-made runs, every suite's arms as valid configs, and two arms x two seeds of tiny
 `atgrpo-train` runs end to end, then read back on a second call without rerunning anything."""
 
@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from atgrpo.bench import learning
-from atgrpo.bench.learning_report import equal_wall_time, report
-from atgrpo.bench.learning_stats import late_mean, paired, summarize, value_at, verdict
+from atgrpo.bench import cli as bench_cli
+from atgrpo.bench.learning import cli, runner, runs, suites
+from atgrpo.bench.learning.report import equal_wall_time, report
+from atgrpo.bench.learning.stats import late_mean, paired, summarize, value_at, verdict
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 
@@ -75,20 +77,20 @@ def test_a_resumed_runs_curve_counts_each_step_once_and_not_the_stop() -> None:
         tr(3, 3900.0, 120.0),
         ev(3, 3930.0, 0.4, 30.0),
     ]
-    assert learning.held_out_curve(rows) == [(0, 0.0, 0.1), (2, 2.5, 0.2), (3, 5.0, 0.4)]
-    assert learning.held_out_curve([ev(0, 5.0, 0.3, 9.0)]) == [(0, 0.0, 0.3)]  # prompt-only: the start alone
+    assert runner.held_out_curve(rows) == [(0, 0.0, 0.1), (2, 2.5, 0.2), (3, 5.0, 0.4)]
+    assert runner.held_out_curve([ev(0, 5.0, 0.3, 9.0)]) == [(0, 0.0, 0.3)]  # prompt-only: the start alone
 
 
 def test_runs_compute_on_the_pinned_instruction_set_unless_the_caller_picks_one() -> None:
-    env = learning.run_env({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
-    assert env == {"PATH": "/bin", **learning.CPU_ISA_PIN}  # threads are the run's own choice
-    env = learning.run_env({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
+    env = runner.run_env({"OMP_NUM_THREADS": "1", "PATH": "/bin"})
+    assert env == {"PATH": "/bin", **runner.CPU_ISA_PIN}  # threads are the run's own choice
+    env = runner.run_env({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
     assert env["ATEN_CPU_CAPABILITY"] == "avx512" and env["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE"
-    assert env["MKL_ENABLE_INSTRUCTIONS"] == learning.CPU_ISA_PIN["MKL_ENABLE_INSTRUCTIONS"]
+    assert env["MKL_ENABLE_INSTRUCTIONS"] == runner.CPU_ISA_PIN["MKL_ENABLE_INSTRUCTIONS"]
 
 
-def _run(start: float, end: float, steps: int, minutes: float) -> learning.RunResult:
-    return learning.RunResult(
+def _run(start: float, end: float, steps: int, minutes: float) -> runner.RunResult:
+    return runner.RunResult(
         start,
         end,
         steps,
@@ -129,13 +131,13 @@ def test_report_arithmetic(tmp_path: Path) -> None:
     assert equal_wall_time({"prompt": results["prompt"]})[0] is None
 
 
-@pytest.mark.parametrize("suite", sorted(learning.SUITES))
+@pytest.mark.parametrize("suite", sorted(suites.SUITES))
 def test_every_arm_is_a_valid_config(suite: str) -> None:
-    s = learning.SUITES[suite]
+    s = suites.SUITES[suite]
     assert s.reference in {a.name for a in s.arms}
     for arm in s.arms:
-        config = str(learning.CONFIGS / arm.config) if arm.config else None
-        cfg = load_config(config, learning.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
+        config = str(suites.CONFIGS / arm.config) if arm.config else None
+        cfg = load_config(config, runs.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
         assert cfg.run.seed == 7 and set(cfg.policies) == set(arm.policies)
         assert not s.model_seed or all(p.tiny.seed == 7 for p in cfg.policies.values())
         if s.steps is not None:
@@ -144,8 +146,8 @@ def test_every_arm_is_a_valid_config(suite: str) -> None:
 
 def test_identical_arms_of_different_suites_share_one_run() -> None:
     def folder(suite: str, arm: str, steps: int | None = None, extra: list[str] | None = None) -> Path:
-        s = learning.SUITES[suite]
-        return learning.run_dir(Path("/r"), s, next(a for a in s.arms if a.name == arm), 1, steps, extra)
+        s = suites.SUITES[suite]
+        return runs.run_dir(Path("/r"), s, next(a for a in s.arms if a.name == arm), 1, steps, extra)
 
     default = folder("ordering", "mas_atgrpo")
     assert default == folder("grouping", "agent_turn") == folder("alpha", "alpha1")
@@ -158,33 +160,29 @@ def test_identical_arms_of_different_suites_share_one_run() -> None:
 
 
 def test_a_variant_never_reads_back_or_overwrites_the_suites_own() -> None:
-    s = learning.SUITES["ordering"]
+    s = suites.SUITES["ordering"]
     arm = next(a for a in s.arms if a.name == "sa_grpo")
-    own = learning.run_dir(Path("/r"), s, arm, 0)
-    hot = learning.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])
-    short = learning.run_dir(Path("/r"), s, arm, 0, steps=20)
+    own = runs.run_dir(Path("/r"), s, arm, 0)
+    hot = runs.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])
+    short = runs.run_dir(Path("/r"), s, arm, 0, steps=20)
     assert len({own, hot, short}) == 3 and hot.parent.name.startswith("sa_grpo-")
-    assert hot == learning.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])  # resumable
-    assert learning.report_dir(Path("/r"), s) == learning.report_dir(Path("/r"), s, steps=100) == Path("/r/ordering")
-    assert learning.variant_overrides(s, 100, []) == []  # the suite's own budget, said explicitly: not a variant
-    assert learning.variant_overrides(s, 100, ["rollout.k=8"]) == ["--set rollout.k=8"]
-    assert learning.variant_overrides(s, 20, []) == ["--steps 20"]
-    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]).parent == Path("/r")
-    assert learning.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != learning.report_dir(
-        Path("/r"), s, steps=20
-    )
+    assert hot == runs.run_dir(Path("/r"), s, arm, 0, extra=["rollout.temperature=1.0"])  # resumable
+    assert runs.report_dir(Path("/r"), s) == runs.report_dir(Path("/r"), s, steps=100) == Path("/r/ordering")
+    assert runs.variant_overrides(s, 100, []) == []  # the suite's own budget, said explicitly: not a variant
+    assert runs.variant_overrides(s, 100, ["rollout.k=8"]) == ["--set rollout.k=8"]
+    assert runs.variant_overrides(s, 20, []) == ["--steps 20"]
+    assert runs.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]).parent == Path("/r")
+    assert runs.report_dir(Path("/r"), s, extra=["rollout.temperature=1.0"]) != runs.report_dir(Path("/r"), s, steps=20)
 
 
 def test_the_ordering_arms_are_the_papers() -> None:
-    arms = {a.name: a for a in learning.SUITES["ordering"].arms}
-    sa = load_config(None, learning.run_sets(learning.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
+    arms = {a.name: a for a in suites.SUITES["ordering"].arms}
+    sa = load_config(None, runs.run_sets(suites.SUITES["ordering"], arms["sa_grpo"], 0, Path("/x"), None, []))
     assert (sa.task.roles, sa.rollout.sampling, sa.rollout.grouping) == (["plan"], "parallel", "trajectory")
     roles = load_config(
-        None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo_roles"], 3, Path("/x"), None, [])
+        None, runs.run_sets(suites.SUITES["ordering"], arms["mas_atgrpo_roles"], 3, Path("/x"), None, [])
     )
-    default = load_config(
-        None, learning.run_sets(learning.SUITES["ordering"], arms["mas_atgrpo"], 3, Path("/x"), None, [])
-    )
+    default = load_config(None, runs.run_sets(suites.SUITES["ordering"], arms["mas_atgrpo"], 3, Path("/x"), None, []))
     assert roles.agent_policy() == {"tool": "tool", "plan": "plan"}  # the paper's "one policy per role" row
     assert all(p == default.policies["shared"] for p in roles.policies.values())  # else the default's policy
     assert (roles.rollout, roles.task, roles.warmstart) == (default.rollout, default.task, default.warmstart)
@@ -192,34 +190,50 @@ def test_the_ordering_arms_are_the_papers() -> None:
 
 def test_the_time_budget_suite_keeps_a_constant_lr() -> None:
     """A decay follows run.steps, which a time-budget run never reaches: its lr would hardly move."""
-    suite = learning.SUITES["staleness"]
+    suite = suites.SUITES["staleness"]
     for arm in suite.arms:
-        cfg = load_config(None, learning.run_sets(suite, arm, 0, Path("/x"), None, []))
+        cfg = load_config(None, runs.run_sets(suite, arm, 0, Path("/x"), None, []))
         assert cfg.run.time_limit_s > 0 and cfg.policies["shared"].lr_schedule == "constant"
 
 
+def test_help_lists_the_suites_and_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`atgrpo-bench learning --help` names every suite and every subcommand (words its parser never
+    sees: they are handed on first), and a subcommand's own --help is reached through it."""
+    with pytest.raises(SystemExit) as done:
+        bench_cli.main(["learning", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in suites.SUITES)
+    listed = out.split("subcommands (each with its own --help):\n")[1]
+    assert re.findall(r"^  (\w+) ", listed, re.M) == list(cli.SUBCOMMANDS) == ["report", "steps", "warmstart"]
+    for name in ("report", "steps"):  # warmstart's --help: its own test file (it imports torch)
+        with pytest.raises(SystemExit) as done:
+            bench_cli.main(["learning", name, "--help"])
+        assert done.value.code == 0 and f"usage: atgrpo-bench learning {name} " in capsys.readouterr().out
+
+
 def test_bad_arms_and_failed_runs_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert learning.main(["ordering", "--only", "nope", "--out", str(tmp_path)]) == 1
+    assert cli.main(["ordering", "--only", "nope", "--out", str(tmp_path)]) == 1
     assert "no arm ['nope'] in suite 'ordering'" in capsys.readouterr().err
     assert not tmp_path.joinpath("ordering").exists()  # refused before any run
     # A run that fails (here a config atgrpo-train refuses at once) stops the suite, naming its log.
-    ordering = learning.SUITES["ordering"]
-    bad = learning.run_dir(
+    ordering = suites.SUITES["ordering"]
+    bad = runs.run_dir(
         tmp_path, ordering, next(a for a in ordering.arms if a.name == "mas_prompt"), 0, extra=["rollout.k=0"]
     )
     with pytest.raises(LearningSuiteError, match=r"mas_prompt-[0-9a-f]+/seed0 failed \(exit [1-9].*bench\.log"):
-        learning.run_suite(ordering, out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
+        runner.run_suite(ordering, out=tmp_path, seeds=(0,), only=("mas_prompt",), extra=["rollout.k=0"])
     assert "k, envs_per_step and envs_per_unit must be >= 1" in (bad / "bench.log").read_text()
     assert not (bad / "eval.json").exists()
     # A finished run without evaluations cannot be tabled: said, not a TypeError.
     (bad / "eval.json").write_text('{"steps": 3, "eval_start": null, "eval_end": null}')
     with pytest.raises(LearningSuiteError, match="no start or end evaluation"):
-        learning.read_run(bad)
+        runner.read_run(bad)
     # Nor one whose metrics rows lack their durations (minutes of RL cannot be counted).
     (bad / "eval.json").write_text('{"steps": 1, "eval_start": 0.1, "eval_end": 0.2}')
     (bad / "metrics.jsonl").write_text('{"step": 0, "eval/success": 0.1, "time/eval_s": 1.0}\n{"step": 1}\n')
     with pytest.raises(LearningSuiteError, match="metrics.jsonl: a row has no 'time/step_s'"):
-        learning.read_run(bad)
+        runner.read_run(bad)
 
 
 TINY = [
@@ -267,22 +281,22 @@ def suites_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int, ...], extra: list[str]) -> dict:
     """The suite's summary.json against the runs' own eval.json: per-seed values, and mean and sd
     recomputed from them (one seed: no sd); returns the summary."""
-    s = learning.SUITES[suite]
-    where = learning.report_dir(out, s, 1, extra)
+    s = suites.SUITES[suite]
+    where = runs.report_dir(out, s, 1, extra)
     assert where.name.startswith(f"{suite}-")  # a variant of the suite: never its own table's folder
     summary = json.loads((where / "summary.json").read_text())
-    assert summary["overrides"] == learning.variant_overrides(s, 1, extra)
+    assert summary["overrides"] == runs.variant_overrides(s, 1, extra)
     for name in arms:
         arm = next(a for a in s.arms if a.name == name)
         finals = []
         for seed in seeds:
-            folder = learning.run_dir(out, s, arm, seed, 1, extra)
+            folder = runs.run_dir(out, s, arm, seed, 1, extra)
             ev = json.loads((folder / "eval.json").read_text())
             assert ev["steps"] == (0 if name == "mas_prompt" else 1)
             finals.append(ev["eval_end"])
             wall = json.loads((folder / "wall.json").read_text())
             # The kernels the run computed with: the pin, or what this environment chose.
-            assert wall["cpu_isa"] == {k: os.environ.get(k, v) for k, v in learning.CPU_ISA_PIN.items()}
+            assert wall["cpu_isa"] == {k: os.environ.get(k, v) for k, v in runner.CPU_ISA_PIN.items()}
             assert summary["arms"][name]["per_seed"][str(seed)]["final"] == ev["eval_end"]
             # One evaluation after the start at one step (none for prompt-only): late is the final one.
             assert summary["arms"][name]["per_seed"][str(seed)]["late"] == pytest.approx(ev["eval_end"], rel=REL)
@@ -298,7 +312,7 @@ def check_tables(out: Path, suite: str, arms: tuple[str, ...], seeds: tuple[int,
 
 def run_tiny(out: Path, suite: str, arms: tuple[str, ...], extra: list[str], seeds: tuple[int, ...] = (0, 1)) -> dict:
     argv = [suite, "--only", ",".join(arms), "--seeds", ",".join(map(str, seeds)), "--steps", "1", "--out", str(out)]
-    assert learning.main([*argv, *(a for s in extra for a in ("--set", s))]) == 0
+    assert cli.main([*argv, *(a for s in extra for a in ("--set", s))]) == 0
     return check_tables(out, suite, arms, seeds, extra)
 
 
@@ -311,9 +325,9 @@ def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch
     def rerun(*_: object) -> None:
         raise AssertionError("a finished run was run again")
 
-    monkeypatch.setattr(learning, "run_one", rerun)
-    again = learning.run_suite(
-        learning.SUITES["ordering"],
+    monkeypatch.setattr(runner, "run_one", rerun)
+    again = runner.run_suite(
+        suites.SUITES["ordering"],
         out=suites_out,
         seeds=(0, 1),
         steps=1,
@@ -322,7 +336,7 @@ def test_two_arms_two_seeds_end_to_end_then_resume(suites_out: Path, monkeypatch
     )
     assert again["table"] == summary["table"]
     with pytest.raises(LearningSuiteError, match="no arm"):
-        learning.run_suite(learning.SUITES["ordering"], out=suites_out, only=("nope",))
+        runner.run_suite(suites.SUITES["ordering"], out=suites_out, only=("nope",))
 
 
 @pytest.mark.integration
@@ -343,7 +357,7 @@ def test_each_suite_tables_its_tiny_runs(
     suites_out: Path, suite: str, arms: tuple[str, ...], extra: list[str], seeds: tuple[int, ...], smollm2: Path
 ) -> None:
     summary = run_tiny(suites_out, suite, arms, extra, seeds)
-    ref = learning.SUITES[suite].reference
+    ref = suites.SUITES[suite].reference
     for name in arms:
         if name != ref:  # paired against the reference seed by seed: the differences of the tabled values
             paired_final = summary["paired"][name]["final"]
@@ -357,12 +371,12 @@ def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monk
     def never(*_: object) -> None:
         raise AssertionError("--no-run started a run")
 
-    monkeypatch.setattr(learning, "run_one", never)
-    suite = learning.SUITES["alpha"]
+    monkeypatch.setattr(runner, "run_one", never)
+    suite = suites.SUITES["alpha"]
     with pytest.raises(LearningSuiteError, match="no finished run"):
-        learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
+        runner.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
     fake_finished_run(tmp_path, suite, "alpha0", 1)
-    summary = learning.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
+    summary = runner.run_suite(suite, out=tmp_path, seeds=(0, 1), run_missing=False)
     assert list(summary["arms"]) == ["alpha0"] and summary["arms"]["alpha0"]["per_seed"][1]["gain"] == pytest.approx(
         0.25
     )
@@ -376,18 +390,18 @@ def test_no_run_tables_the_finished_runs_and_lists_the_rest(tmp_path: Path, monk
     assert "Not run yet (5): alpha0 seed 0," in summary["table"]
 
 
-def fake_finished_run(out: Path, suite: learning.Suite, name: str, seed: int, made_with: tuple[str, ...] = ()) -> Path:
+def fake_finished_run(out: Path, suite: suites.Suite, name: str, seed: int, made_with: tuple[str, ...] = ()) -> Path:
     """A finished run's files as `atgrpo-train` leaves them: eval.json, metrics.jsonl, and the resolved
     config of the arm's command (with `made_with` overrides on top, as if the command had changed since)."""
     arm = next(a for a in suite.arms if a.name == name)
-    folder = learning.run_dir(out, suite, arm, seed)
+    folder = runs.run_dir(out, suite, arm, seed)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "eval.json").write_text('{"steps": 100, "eval_start": 0.2, "eval_end": 0.45}')
     (folder / "metrics.jsonl").write_text(
         '{"step": 0, "time": 0.0, "eval/success": 0.2, "time/eval_s": 5.0}\n'
         '{"step": 100, "time": 60.0, "eval/success": 0.45, "time/eval_s": 5.0}\n'
     )
-    sets = [*learning.run_sets(suite, arm, seed, folder.resolve(), None, []), *made_with]
+    sets = [*runs.run_sets(suite, arm, seed, folder.resolve(), None, []), *made_with]
     (folder / "config.toml").write_text(load_config(None, sets).to_toml())
     return folder
 
@@ -395,11 +409,11 @@ def fake_finished_run(out: Path, suite: learning.Suite, name: str, seed: int, ma
 def test_a_run_its_command_no_longer_makes_is_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run folders are named by the command, so a changed default or arm would otherwise be tabled
     from runs made before the change."""
-    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
-    suite = learning.SUITES["alpha"]
+    monkeypatch.setattr(runner, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    suite = suites.SUITES["alpha"]
 
     def read_back() -> dict:
-        return learning.run_suite(suite, out=tmp_path, seeds=(1,), only=("alpha0",))
+        return runner.run_suite(suite, out=tmp_path, seeds=(1,), only=("alpha0",))
 
     folder = fake_finished_run(tmp_path, suite, "alpha0", 1, made_with=("run.eval_every=7", "launch.actors=1"))
     assert read_back()["arms"]["alpha0"]["per_seed"][1]["final"] == 0.45  # how it ran, not what it learned
@@ -418,40 +432,40 @@ def test_a_run_its_command_no_longer_makes_is_not_read_back(tmp_path: Path, monk
 def test_the_prompt_templates_are_part_of_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run reads its prompt templates as it reads its config: changed templates name another shared
     folder, and a finished run made with other templates is not read back."""
-    suite = learning.SUITES["ordering"]
+    suite = suites.SUITES["ordering"]
     shared = next(a for a in suite.arms if a.shared == "default")
-    before = learning.run_dir(tmp_path, suite, shared, 0)
-    assert learning.prompts_digest() == learning.prompts_digest()  # a digest of the files, stable
-    monkeypatch.setattr(learning, "prompts_digest", lambda: "other")
-    assert learning.run_dir(tmp_path, suite, shared, 0) != before
+    before = runs.run_dir(tmp_path, suite, shared, 0)
+    assert runs.prompts_digest() == runs.prompts_digest()  # a digest of the files, stable
+    monkeypatch.setattr(runs, "prompts_digest", lambda: "other")
+    assert runs.run_dir(tmp_path, suite, shared, 0) != before
     monkeypatch.undo()
-    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
-    folder = fake_finished_run(tmp_path, learning.SUITES["alpha"], "alpha0", 1)
-    (folder / "wall.json").write_text(json.dumps({"wall_s": 60.0, "prompts_digest": learning.prompts_digest()}))
-    summary = learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+    monkeypatch.setattr(runner, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    folder = fake_finished_run(tmp_path, suites.SUITES["alpha"], "alpha0", 1)
+    (folder / "wall.json").write_text(json.dumps({"wall_s": 60.0, "prompts_digest": runs.prompts_digest()}))
+    summary = runner.run_suite(suites.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
     assert summary["arms"]["alpha0"]["per_seed"][1]["final"] == 0.45
     (folder / "wall.json").write_text(json.dumps({"wall_s": 60.0, "prompts_digest": "0123456789"}))
     with pytest.raises(LearningSuiteError, match="prompt templates"):
-        learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+        runner.run_suite(suites.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
 
 
 def test_the_runner_writes_the_stored_format_with_where_each_run_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from atgrpo.bench.learning_results import load, render
+    from atgrpo.bench.learning.results import load, render
 
-    monkeypatch.setattr(learning, "run_one", lambda *_: pytest.fail("a finished run was run again"))
-    folder = fake_finished_run(tmp_path, learning.SUITES["alpha"], "alpha0", 1)
+    monkeypatch.setattr(runner, "run_one", lambda *_: pytest.fail("a finished run was run again"))
+    folder = fake_finished_run(tmp_path, suites.SUITES["alpha"], "alpha0", 1)
     meta = {
         "wall_s": 60.0,
         "cpu": "Some CPU",
         "cores": 2,
         "commit": "abc",
         "session": "s1",
-        "prompts_digest": learning.prompts_digest(),
+        "prompts_digest": runs.prompts_digest(),
     }
     (folder / "wall.json").write_text(json.dumps(meta))
-    summary = learning.run_suite(learning.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
+    summary = runner.run_suite(suites.SUITES["alpha"], out=tmp_path, seeds=(1,), only=("alpha0",))
     stored = load(tmp_path / "alpha" / "results.json")
     run = stored.arms["alpha0"].runs[1]
     assert (run.start, run.final, run.steps, run.cpu, run.cores, run.commit, run.session) == (
