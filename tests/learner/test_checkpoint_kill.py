@@ -29,6 +29,8 @@ from atgrpo.models.folder import load_model
 from atgrpo.models.tied import without_aliases
 from atgrpo.models.tiny import build_tiny_model
 
+pytestmark = pytest.mark.integration
+
 CHILD = r"""
 import io, os, sys, time
 from pathlib import Path
@@ -38,8 +40,6 @@ import torch
 from atgrpo.config import load_config
 from atgrpo.learner.checkpoints import RunState
 from atgrpo.learner.trainer import Trainer
-
-pytestmark = pytest.mark.integration
 
 out, model_dir, point = sys.argv[1:4]
 cfg = load_config(None, [f'run.out_dir="{out}"', f'policies.shared.path="{model_dir}"'])
