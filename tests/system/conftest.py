@@ -5,12 +5,14 @@ shared by several test modules (see `reference_run`).
 from __future__ import annotations
 
 import faulthandler
+import os
 from collections.abc import Iterator
 
 import pytest
 from systest_util import REFERENCE_STEPS, Processes, Run, run_train, tiny_sets
 
-WATCHDOG_S = 300.0
+WATCHDOG_S = 600.0 if os.environ.get("PYTEST_XDIST_WORKER") else 300.0
+"""A hung test's limit; twice as long on a pytest-xdist worker, which shares the cores with another."""
 
 
 @pytest.fixture
