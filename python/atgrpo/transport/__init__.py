@@ -3,7 +3,8 @@
 - `codec`: `encode` / `decode` one `atgrpo.messages.Message` (msgpack, no pickle).
 - `tensors`: `weights_to_messages` / `WeightsAssembler` (chunk messages of a header + one zero-copy
   raw frame per tensor).
-- `endpoints`: `HubEndpoint` (ROUTER, learner rank 0), `ActorClient` (DEALER), `private_ipc_address`.
+- `endpoints`: the protocol between hub and actors, and its names: `HubEndpoint` (ROUTER, learner
+  rank 0; `hub_endpoint`), `ActorClient` (DEALER; `actor_client`), `private_ipc_address` (`ipc`).
 - `errors`: `TransportError` and one subclass per reason code.
 """
 

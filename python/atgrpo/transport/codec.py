@@ -28,6 +28,9 @@ from atgrpo.transport.errors import (
     UnknownKind,
 )
 
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+"""The largest message frame either endpoint decodes unless told otherwise (`max_message_bytes`)."""
+
 BytesLike = bytes | bytearray | memoryview
 """Anything with the buffer protocol (a `zmq.Frame` works too, as `frame.buffer`)."""
 
@@ -86,4 +89,4 @@ def _classify(data: BytesLike, exc: msgspec.ValidationError) -> Exception:
     return InvalidMessage(f"invalid message: {exc}")
 
 
-__all__ = ["KINDS", "TAG_FIELD", "decode", "encode", "kind_of"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "KINDS", "TAG_FIELD", "decode", "encode", "kind_of"]
