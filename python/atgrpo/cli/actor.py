@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import select
 import sys
 
 from atgrpo.cli.common import config_parser, load_run_config, setup_logging
+
+NO_ADDRESS = "stdin closed before the hub's address came (the launcher or the learner stopped first)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,6 +21,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_run_config(args)
     log = setup_logging("actor")
+    # "-": `atgrpo-train` started this actor with its learner and writes the hub's address here once
+    # the hub is up; reading it only after the imports below is what lets the two start together. A
+    # stdin that has answered already (closed, or the line is there) is read first, so that a closed
+    # one is reported before seconds of imports.
+    address = args.address
+    if address == "-" and select.select([sys.stdin], [], [], 0)[0]:
+        address = sys.stdin.readline().strip()
+    if not address:
+        log.error(NO_ADDRESS)
+        return 2
     from atgrpo.actor.actor import Actor, ActorError, configure_threads
     from atgrpo.errors import PlacementError
     from atgrpo.placement import pin
@@ -29,12 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
     configure_threads(cfg.launch.actor_threads)
-    # "-": `atgrpo-train` started this actor with its learner and writes the hub's address here once
-    # the hub is up; reading it only after the imports above is what lets the two start together.
-    address = args.address if args.address != "-" else sys.stdin.readline().strip()
-    if not address:
-        log.error("stdin closed before the hub's address came (the launcher or the learner stopped first)")
-        return 2
+    if address == "-":
+        address = sys.stdin.readline().strip()
+        if not address:
+            log.error(NO_ADDRESS)
+            return 2
     try:
         units = Actor(cfg, address, args.id).run()
     except (ActorError, TransportError) as exc:

@@ -49,12 +49,13 @@ def setup_logging(component: str) -> logging.Logger:
     for noisy in ("transformers", "DeepSpeed", "deepspeed", "torch.distributed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # transformers reads these when it is imported. Importing it here instead would cost every entry
+    # point seconds before it could report a bad argument or a missing file.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # too late for the environment
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
     return logging.getLogger(f"atgrpo.{component}")

@@ -33,8 +33,8 @@ from typing import Any
 
 from atgrpo.cli.transcripts import Recorder, revisited, write_jsonl
 from atgrpo.config import GAME_TASKS, RunConfig, load_config
+from atgrpo.errors.data import DatasetFileError
 from atgrpo.errors.runtime import EvalError, ModelImportError
-from atgrpo.models.importer import resolve_model_path
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -158,11 +158,11 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
             if not default:
                 raise EvalError(f"no model for role {role!r}: pass --model or --role-model {role}=PATH")
             folders[role] = default
-    folders = {role: str(resolve_model_path(path)) for role, path in folders.items()}  # "@smollm2", "~"
-    folders = with_adapters(folders, args.adapter, names_ok)
+    folders = {role: model_folder(path) for role, path in folders.items()}
     for role, path in folders.items():
         if not Path(path, "config.json").is_file():
             raise EvalError(f"model folder for {role!r} not found or not HF format (no config.json): {path}")
+    folders = with_adapters(folders, args.adapter, names_ok)
     paths = sorted(set(folders.values()))
     names = {path: f"m{i}" for i, path in enumerate(paths)}
     data["policies"] = {names[p]: {"path": p} for p in paths}
@@ -173,12 +173,20 @@ def eval_config(args: argparse.Namespace) -> tuple[RunConfig, dict[str, str]]:
         raise EvalError(f"config error: {exc}") from exc
 
 
+def model_folder(path: str) -> str:
+    """A `--model` or config path as a folder: `~` expanded, `@smollm2` built into the cache if needed."""
+    if not path.startswith("@"):
+        return str(Path(path).expanduser())
+    # atgrpo.models imports torch and transformers: only an alias, which may have to be built, pays for them.
+    from atgrpo.models.importer import resolve_model_path
+
+    return str(resolve_model_path(path))
+
+
 def with_adapters(folders: dict[str, str], specs: list[str], names_ok: list[str]) -> dict[str, str]:
     """`folders` with each `--adapter [ROLE=]PATH` merged into its role's model (every role's without
     ROLE), in a temporary folder per (model, adapter) (`models.adapters.merge_into_folder`)."""
     import tempfile
-
-    from atgrpo.models.adapters import merge_into_folder
 
     merged: dict[tuple[str, str], str] = {}
     out = dict(folders)
@@ -192,6 +200,9 @@ def with_adapters(folders: dict[str, str], specs: list[str], names_ok: list[str]
         for r in [role] if sep else list(out):
             key = (folders[r], str(Path(path).resolve()))
             if key not in merged:
+                # Imported here, after every check above: it imports torch.
+                from atgrpo.models.adapters import merge_into_folder
+
                 merged[key] = str(merge_into_folder(key[0], key[1], tempfile.mkdtemp(prefix="atgrpo-merged-")))
             out[r] = merged[key]
     return out
@@ -223,6 +234,14 @@ def ks_of(spec: str | None, n: int) -> list[int]:
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    cfg, folders = eval_config(args)
+    n = args.samples
+    ks = ks_of(args.k, n)
+    dataset = cfg.task.eval_dataset or cfg.task.dataset  # what `problems("eval")` reads
+    if cfg.task.task not in GAME_TASKS and dataset and not Path(dataset).is_file():
+        raise DatasetFileError(dataset, "no such file")
+    # After the checks above, so that a bad argument or a missing file is reported before the
+    # seconds these take to import (torch, transformers, the engines).
     from dataclasses import replace
 
     from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
@@ -230,9 +249,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
 
-    cfg, folders = eval_config(args)
-    n = args.samples
-    ks = ks_of(args.k, n)
     greedy = n == 1 and args.temperature is None
     wf = make_workflow(cfg)
     # Games are always recorded: the summary counts the failures that came back to a state.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +28,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def refusal(src: str, dest: str, overwrite: bool) -> str | None:
+    """Why `import_model` would refuse these paths, found here because atgrpo.models takes seconds
+    to import (torch, transformers) and a wrong path should be reported at once."""
+    src_path, dest_path = Path(src).expanduser(), Path(dest).expanduser()
+    if dest_path.exists() and not overwrite:
+        return f"{dest_path} exists; pass --overwrite to replace it"
+    if not (src_path.is_file() and src_path.suffix == ".gguf") and not (src_path / "config.json").is_file():
+        return f"{src_path}: expected a .gguf file or an HF folder with config.json"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    problem = refusal(args.src, args.dest, args.overwrite) if args.cmd == "import" else None
+    if problem:
+        print(f"atgrpo-model: {problem}", file=sys.stderr)
+        return 2
     from atgrpo.cli.common import setup_logging
     from atgrpo.models.importer import ModelImportError, import_model, smollm2_folder
 
