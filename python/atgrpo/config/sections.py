@@ -42,9 +42,15 @@ class TinyModelSpec(BaseModel):
     num_kv_heads: int = Field(default=2, ge=1)
     """Key/value heads per block (grouped-query attention, as in Qwen3); divides `num_heads`."""
     max_positions: int = Field(default=512, ge=1)
-    """Context length in tokens (prompt + response)."""
+    """Context length in tokens (prompt + response). Raise it for program mode: the engines hold
+    at most this many tokens per sequence (`rollout.max_prompt_tokens` + the longest response budget)."""
     seed: int = 0
     """Initialisation seed: the same spec and seed give the same weights."""
+    tokenizer: Literal["char", "program"] = "char"
+    """char: one token per character (answer mode's move lists and grids). program: the same
+    characters plus Python's keywords, calls, operators, indentation runs and the program demos'
+    names as single tokens (`atgrpo.models.program_vocab`), so a program-mode tool answer is about
+    3x fewer tokens; a larger vocabulary (301 against 99), same ids for the characters."""
 
 
 class RunSection(Section):

@@ -12,12 +12,12 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from atgrpo.config import TinyModelSpec  # defined with the run config, which must not import torch
-from atgrpo.models.tokenizer import build_char_tokenizer
+from atgrpo.models.tokenizer import build_tokenizer
 
 
 def build_tiny_model(spec: TinyModelSpec, folder: str | Path) -> Path:
     folder = Path(folder)
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_tokenizer(spec.tokenizer)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
