@@ -140,6 +140,52 @@ class UnitTimings(msgspec.Struct, array_like=True):
         return UnitTimings(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
 
 
+class ToolPrograms(msgspec.Struct, array_like=True):
+    """What the tool agent's programs did over a unit's tool answers (games in program mode; every
+    count stays 0 elsewhere). Workflow -> hub inside the unit's `last` `SampleBatch`; the hub sums
+    them over a step's units.
+
+    Every program answer is counted once, in exactly one of `ran`, `unparseable`, `timed_out`,
+    `crashed` and `no_compile` (they sum to `answers`), and `alone_success` counts a subset of
+    `ran`. Counted over all candidates of a turn, before tree selection."""
+
+    answers: int = 0
+    """Tool answers that were meant as programs."""
+    ran: int = 0
+    """The program ran to the end and printed an answer the env parses."""
+    alone_success: int = 0
+    """Its printed answer alone solved the level (the simulation on the scratch copy)."""
+    unparseable: int = 0
+    """It ran to the end but printed nothing the env parses (garbage, or nothing)."""
+    timed_out: int = 0
+    """The sandbox stopped it at its time limit."""
+    crashed: int = 0
+    """It stopped with any other verdict: an exception, a memory or output limit, a sandbox error."""
+    no_compile: int = 0
+    """No program that compiles (a syntax error, or an empty answer, e.g. one cut off at
+    `max_new_tokens`); never run."""
+
+    def __add__(self, other: "ToolPrograms") -> "ToolPrograms":
+        return ToolPrograms(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
+
+    def metrics(self) -> dict[str, float]:
+        """`programs` (= `answers`) and each other count as a share of it, keyed by the names the
+        metrics carry under `rollout/tool/` and `eval/tool/`. Empty when no answer was a program
+        (answer mode): those metrics are absent there, not zero."""
+        if self.answers <= 0:
+            return {}
+        n = float(self.answers)
+        return {
+            "programs": n,
+            "program_ran": self.ran / n,
+            "alone_success": self.alone_success / n,
+            "unparseable": self.unparseable / n,
+            "timed_out": self.timed_out / n,
+            "crashed": self.crashed / n,
+            "no_compile": self.no_compile / n,
+        }
+
+
 class SampleBatch(msgspec.Struct, tag="samples"):
     """Actor -> hub: finished groups of a unit, streamed as they complete.
 
@@ -155,6 +201,8 @@ class SampleBatch(msgspec.Struct, tag="samples"):
     """With `last`: one row per env of the unit (success, return) for rollout metrics."""
     timings: UnitTimings = msgspec.field(default_factory=UnitTimings)
     """With `last`: where the unit's time went."""
+    tool_programs: ToolPrograms = msgspec.field(default_factory=ToolPrograms)
+    """With `last`: what the unit's tool programs did (all 0 outside program mode)."""
 
 
 class SampleAck(msgspec.Struct, tag="ack"):
@@ -259,13 +307,17 @@ class EvalSummary(msgspec.Struct, tag="evaluated"):
     episode_return: float
     levels: int
     wall_s: float
+    tool_programs: ToolPrograms = msgspec.field(default_factory=ToolPrograms)
+    """What the tool agent's programs did over the evaluation (program mode)."""
 
     def metrics(self) -> dict[str, float]:
+        # In program mode team success comes with tool-alone success beside it (`eval/tool/*`).
         return {
             "eval/success": self.success,
             "eval/return": self.episode_return,
             "eval/levels": float(self.levels),
             "time/eval_s": self.wall_s,
+            **{f"eval/tool/{k}": v for k, v in self.tool_programs.metrics().items()},
         }
 
 

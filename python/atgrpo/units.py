@@ -12,9 +12,9 @@ share it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from atgrpo.messages import EnvResult, Sample, UnitTimings, WorkUnit
+from atgrpo.messages import EnvResult, Sample, ToolPrograms, UnitTimings, WorkUnit
 
 if TYPE_CHECKING:
     from atgrpo.engines.base import SamplingParams
@@ -81,6 +81,37 @@ def in_step_order(samples: Iterable[Sample], envs: Iterable[EnvResult]) -> tuple
     )
 
 
+class LocalRollout(NamedTuple):
+    """Units rolled out in this process: samples and env results in step order, the rest summed."""
+
+    samples: list[Sample]
+    envs: list[EnvResult]
+    timings: UnitTimings
+    tool_programs: ToolPrograms
+
+
+def roll_out_units(
+    workflow: "Workflow",
+    policies: dict[str, "PolicyHandle"],
+    units: list[WorkUnit],
+    sampling: "SamplingParams",
+    *,
+    run_id: str,
+    run_seed: int,
+) -> LocalRollout:
+    """Roll `units` out in this process, one after the other, each with its `unit_seed`, as the
+    actors would."""
+    samples: list[Sample] = []
+    envs: list[EnvResult] = []
+    timings, programs = UnitTimings(), ToolPrograms()
+    for unit in units:
+        result = workflow.run(unit, policies, sampling, run_id=run_id, seed=unit_seed(run_seed, unit))
+        samples += result.samples
+        envs += result.envs
+        timings, programs = timings + result.timings, programs + result.tool_programs
+    return LocalRollout(*in_step_order(samples, envs), timings, programs)
+
+
 def roll_out_locally(
     workflow: "Workflow",
     policies: dict[str, "PolicyHandle"],
@@ -90,26 +121,20 @@ def roll_out_locally(
     run_id: str,
     run_seed: int,
 ) -> tuple[list[Sample], list[EnvResult], UnitTimings]:
-    """Roll `units` out in this process, one after the other, each with its `unit_seed`, as the
-    actors would; returns the samples and env results in step order, and the summed timings."""
-    samples: list[Sample] = []
-    envs: list[EnvResult] = []
-    timings = UnitTimings()
-    for unit in units:
-        result = workflow.run(unit, policies, sampling, run_id=run_id, seed=unit_seed(run_seed, unit))
-        samples += result.samples
-        envs += result.envs
-        timings = timings + result.timings
-    return (*in_step_order(samples, envs), timings)
+    """`roll_out_units` as (samples, env results, timings), the shape its older callers unpack."""
+    samples, envs, timings, _ = roll_out_units(workflow, policies, units, sampling, run_id=run_id, run_seed=run_seed)
+    return samples, envs, timings
 
 
 __all__ = [
     "EVAL_UNIT_SCALE",
     "SEED_BASE",
+    "LocalRollout",
     "cut_units",
     "eval_seeds",
     "in_step_order",
     "roll_out_locally",
+    "roll_out_units",
     "step_seeds",
     "unit_seed",
 ]

@@ -277,7 +277,7 @@ class Actor:
         )
         timings = msgspec.structs.replace(result.timings, idle_s=self.idle_s, sync_s=self.sync_s)
         self.idle_s = self.sync_s = 0.0
-        self._stream(unit, [], True, env_results=result.envs, timings=timings)
+        self._stream(unit, [], True, env_results=result.envs, timings=timings, tool_programs=result.tool_programs)
 
 
 def configure_threads(n: int) -> None:

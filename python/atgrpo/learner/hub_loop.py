@@ -197,7 +197,13 @@ class HubLoop:
         if batch.last:
             del rnd.leases[batch.unit_id]
             rnd.committed.append(
-                CommittedUnit(lease.unit, rnd.staged.pop(batch.unit_id).samples, list(batch.env_results), batch.timings)
+                CommittedUnit(
+                    lease.unit,
+                    rnd.staged.pop(batch.unit_id).samples,
+                    list(batch.env_results),
+                    batch.timings,
+                    batch.tool_programs,
+                )
             )
             rnd.done.add(batch.unit_id)
             self._changed.notify_all()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from atgrpo.learner.intake import UnitIntake
-from atgrpo.messages import EnvResult, Sample, UnitTimings, WorkUnit
+from atgrpo.messages import EnvResult, Sample, ToolPrograms, UnitTimings, WorkUnit
 from atgrpo.units import in_step_order
 
 
@@ -37,6 +37,8 @@ class CommittedUnit(msgspec.Struct, array_like=True):
     samples: list[Sample]
     envs: list[EnvResult]
     timings: UnitTimings
+    tool_programs: ToolPrograms = msgspec.field(default_factory=ToolPrograms)
+    """Last, with a default: a checkpoint written before it existed still reads back."""
 
 
 @dataclass
@@ -51,25 +53,28 @@ class StepData:
     wall_s: float
     staleness: list[int] = field(default_factory=list)
     """Per sample, how many versions behind its policy's current one it was when the learner took it."""
+    tool_programs: ToolPrograms = field(default_factory=ToolPrograms)
+    """Summed over the step's units, like `timings`."""
 
     @staticmethod
     def of(step: int, units: list[CommittedUnit], wall_s: float, staleness: Callable[[Sample], int]) -> StepData:
         """The step made of `units`, in canonical order; `staleness(sample)` as the ledger says it now."""
         samples, envs = in_step_order([s for u in units for s in u.samples], [e for u in units for e in u.envs])
-        timings = UnitTimings()
+        timings, programs = UnitTimings(), ToolPrograms()
         for u in units:
-            timings = timings + u.timings
-        return StepData(step, samples, envs, timings, wall_s, [staleness(s) for s in samples])
+            timings, programs = timings + u.timings, programs + u.tool_programs
+        return StepData(step, samples, envs, timings, wall_s, [staleness(s) for s in samples], programs)
 
     @staticmethod
     def merge(step: int, parts: list[StepData], wall_s: float) -> StepData:
         """One step's data from the parts it was taken in (a streaming learner's), in canonical order."""
         stale = {id(s): st for p in parts for s, st in zip(p.samples, p.staleness)}
         samples, envs = in_step_order([s for p in parts for s in p.samples], [e for p in parts for e in p.envs])
-        timings = UnitTimings()
+        timings, programs = UnitTimings(), ToolPrograms()
         for p in parts:
-            timings = timings + p.timings
-        return StepData(step, samples, envs, timings, wall_s, [stale[id(s)] for s in samples] if stale else [])
+            timings, programs = timings + p.timings, programs + p.tool_programs
+        staleness = [stale[id(s)] for s in samples] if stale else []
+        return StepData(step, samples, envs, timings, wall_s, staleness, programs)
 
 
 @dataclass

@@ -224,6 +224,7 @@ class Orchestrator:
             episode_return=float(np.mean([e.episode_return for e in envs])) if envs else float("nan"),
             levels=len(envs),
             wall_s=time.perf_counter() - t0,
+            tool_programs=data.tool_programs,
         )
         log.info("eval (%s) at step %d: success %.3f over %d held-out levels", label, step, summary.success, len(envs))
         return summary
@@ -252,6 +253,8 @@ def rollout_metrics(data: StepData) -> dict[str, float]:
         out["rollout/success"] = float(np.mean([e.success for e in envs]))
         out["rollout/episode_return"] = float(np.mean([e.episode_return for e in envs]))
         out["rollout/turns"] = float(np.mean([e.turns for e in envs]))
+    # Program mode only (absent otherwise): beside `rollout/success`, what the tool's programs did alone.
+    out.update({f"rollout/tool/{k}": v for k, v in data.tool_programs.metrics().items()})
     # Summed over the step's units, so over all actors.
     for name in msgspec.structs.fields(UnitTimings):
         out[f"time/actor_{name.name}"] = float(getattr(data.timings, name.name))

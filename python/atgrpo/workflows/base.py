@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from atgrpo.engines.base import RolloutEngine, SamplingParams
-from atgrpo.messages import EnvResult, Sample, UnitTimings, WorkUnit
+from atgrpo.messages import EnvResult, Sample, ToolPrograms, UnitTimings, WorkUnit
 
 GroupSink = Callable[[list[Sample]], None]
 """Receives complete groups of samples as a unit produces them (the actor streams them to the hub)."""
@@ -38,6 +38,8 @@ class UnitResult:
     samples: list[Sample]
     envs: list[EnvResult]
     timings: UnitTimings = field(default_factory=UnitTimings)
+    tool_programs: ToolPrograms = field(default_factory=ToolPrograms)
+    """What the tool agent's programs did (all 0 unless its answers are programs)."""
 
 
 class Workflow(Protocol):

@@ -9,7 +9,8 @@ Program mode (`task.tool_mode = "program"`, the paper's setting): the tool agent
 program that prints a move list; it runs in the sandbox with no input, and its stdout is handed to
 the env's parser as the tool agent's answer (parsed, never evaluated; a program that fails to compile
 or run answers nothing, an invalid action). The plan agent sees the program, its output and the
-simulated outcome. The workflow then holds a sandbox until `close()`.
+simulated outcome. The workflow then holds a sandbox until `close()`. What each program did (ran,
+timed out, ...; `tool_programs.py`) is counted per unit into `UnitResult.tool_programs`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from atgrpo.config import RunConfig
 from atgrpo.messages import WorkUnit
-from atgrpo.workflows.programs import LazySandbox, run_printing_programs
+from atgrpo.workflows.programs import LazySandbox, PrintedOutput, run_printing_programs
 from atgrpo.workflows.prompts import Templates, load_templates, task_info
 from atgrpo.workflows.states import PoolStates, Simulation
 from atgrpo.workflows.tree import TreeWorkflow
@@ -73,13 +74,15 @@ class GameWorkflow(TreeWorkflow):
         )
         return text + PROGRAM_INSTRUCTION if role == TOOL and self.program_mode else text
 
-    def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str]]:
+    def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str], list[PrintedOutput] | None]:
         """The env action of each answer and what the plan agent is shown of it: the answer itself,
-        or in program mode what the answer's program printed, shown with the program."""
+        or in program mode what the answer's program printed, shown with the program; and in program
+        mode each answer's run (None otherwise)."""
         if not (role == TOOL and self.program_mode):
-            return texts, [t.strip()[:TOOL_ANSWER_CHARS] for t in texts]
+            return texts, [t.strip()[:TOOL_ANSWER_CHARS] for t in texts], None
         outputs, shown = [], []
-        for run in run_printing_programs(self.sandbox, texts):
+        runs = run_printing_programs(self.sandbox, texts)
+        for run in runs:
             if run.verdict is None:
                 out, note = "", "does not compile"
             elif not run.ran:
@@ -89,7 +92,7 @@ class GameWorkflow(TreeWorkflow):
                 note = out.strip()[-TOOL_ANSWER_CHARS:] or "(no output)"
             outputs.append(out)
             shown.append(f"program:\n{run.code[:PROGRAM_CHARS]}\noutput: {note}")
-        return outputs, shown
+        return outputs, shown, runs
 
 
 __all__ = ["PLAN", "TOOL", "GameWorkflow", "outcome_word"]

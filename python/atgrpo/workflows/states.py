@@ -4,7 +4,8 @@
   for one `run`; carrying a branch forks its slot into the env's other slots. A simulated role (the
   games' tool agent) acts on a scratch slot (slot + n * K) forked from its branch just before, so
   the real state is untouched; what the simulation gave (`Simulation`) is part of the branch's state,
-  shown to the later roles of the same turn and carried like the rest.
+  shown to the later roles of the same turn and carried like the rest. When the game's answers
+  are programs, what each did is counted from its run and that simulation (`Outcomes.tool_programs`).
 - `TextStates` (code, math): immutable Python states (frozen dataclasses), so applying an answer
   makes a new state and carrying a branch is an assignment. Env seed s is problem s mod len(problems)
   of the split's problem set; reward = alpha * team + local.
@@ -21,8 +22,9 @@ import numpy as np
 from atgrpo.config import RunConfig
 from atgrpo.envs import EnvPool
 from atgrpo.messages import WorkUnit
-from atgrpo.workflows.programs import LazySandbox
+from atgrpo.workflows.programs import LazySandbox, PrintedOutput
 from atgrpo.workflows.prompts import envs_dir
+from atgrpo.workflows.tool_programs import count_programs
 from atgrpo.workflows.tree import Live, Outcomes, TreeWorkflow
 
 if TYPE_CHECKING:
@@ -55,8 +57,9 @@ class Game(Protocol):
 
     def prompt_text(self, role: str, obs: str, turn: int, simulation: Simulation | None) -> str: ...
 
-    def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str]]:
-        """(the env action of each answer, what later roles are shown of it)."""
+    def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str], list[PrintedOutput] | None]:
+        """(the env action of each answer, what later roles are shown of it, and when the answers are
+        programs, each one's run)."""
         ...
 
 
@@ -89,7 +92,7 @@ class PoolStates:
         return texts
 
     def apply(self, role: str, live: Live, turn: int, texts: list[str]) -> Outcomes:
-        actions, shown = self.game.actions(role, texts)
+        actions, shown, runs = self.game.actions(role, texts)
         simulated = self.game.simulated(role)
         if simulated:
             for e, b in live:
@@ -101,7 +104,19 @@ class PoolStates:
                 self.simulations[eb] = Simulation(
                     turn, shown[i], bool(res.success[i]), bool(res.valid[i]), float(res.reward_local[i])
                 )
-        return Outcomes(res.reward, res.reward_team, res.reward_local, res.done, res.success, episode=not simulated)
+        programs = None
+        if runs is not None:
+            g = self.game
+            programs = count_programs(runs, actions, res.valid, res.success, task=g.task, env_config=g.env_config)
+        return Outcomes(
+            res.reward,
+            res.reward_team,
+            res.reward_local,
+            res.done,
+            res.success,
+            episode=not simulated,
+            tool_programs=programs,
+        )
 
     def carry(self, role: str, env: int, best: int) -> None:
         k = self.slots.shape[1]

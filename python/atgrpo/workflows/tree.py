@@ -26,6 +26,8 @@ Invariants:
   call `on_progress` (the actor's heartbeat to the hub) is called, before the env step.
 - A role whose step is simulated (`Outcomes.episode` false: the games' tool agent) earns rewards for
   its samples but leaves returns, turns, `done` and success to the roles that act on the episode.
+- What the candidates' programs did (`Outcomes.tool_programs`) is summed over the unit's every
+  candidate, greedy units included, before selection: `UnitResult.tool_programs`.
 - Trajectory grouping: once the unit ends, every sample of branch k gets the branch's return and
   the key (env, 0, 0), and the samples stream then (their rewards were not final before).
 """
@@ -42,7 +44,7 @@ import numpy.typing as npt
 
 from atgrpo.config import RunConfig
 from atgrpo.engines.base import Completion, SamplingParams
-from atgrpo.messages import EnvResult, GroupKey, Sample, UnitTimings, WorkUnit
+from atgrpo.messages import EnvResult, GroupKey, Sample, ToolPrograms, UnitTimings, WorkUnit
 from atgrpo.workflows.base import GroupSink, PolicyHandle, ProgressSink, UnitResult
 from atgrpo.workflows.prompts import encode_prompt
 
@@ -64,6 +66,8 @@ class Outcomes:
     episode: bool = True
     """The step acted on the episode (returns, turns, done and success follow it); false for a
     simulated step whose outcome only informs later roles."""
+    tool_programs: ToolPrograms | None = None
+    """What the candidates' programs did, when they were programs (games' tool agent in program mode)."""
 
 
 class UnitStates(Protocol):
@@ -269,6 +273,7 @@ class TreeWorkflow:
         chooser = np.random.default_rng(seed) if tree and ro.selection == "random" else None
         params = unit_sampling(sampling, greedy)
         timings = UnitTimings()
+        programs = ToolPrograms()
         t0 = time.perf_counter()
         states = self.open(unit, k)
         timings.env_s += time.perf_counter() - t0
@@ -300,6 +305,8 @@ class TreeWorkflow:
                         self.on_step(unit, role, turn, live, answers, states)
                     if out.episode:
                         branches.record(live, turn, out)
+                    if out.tool_programs is not None:
+                        programs = programs + out.tool_programs
                     if tree:
                         for env, best in select(live, out.reward, chooser):
                             # After a simulated step this copies equal values: carrying keeps an env's
@@ -329,7 +336,7 @@ class TreeWorkflow:
                 regroup_trajectories(unit, samples, branches.returns)
                 if on_groups is not None and samples:
                     on_groups(samples)
-            return UnitResult(samples, env_results(unit, branches, one_per_env=tree or greedy), timings)
+            return UnitResult(samples, env_results(unit, branches, one_per_env=tree or greedy), timings, programs)
         finally:
             states.close()
 
