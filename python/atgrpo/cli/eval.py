@@ -18,7 +18,10 @@ use held-out seeds 0..seeds-1 of the "eval" split. Rollouts use the torch engine
 Results are printed as a table and, with `--out`, written as JSON; `--transcripts PATH` writes what
 every agent said on each problem as JSONL (`atgrpo.cli.transcripts`). For games the table also counts
 the failed episodes that came back to a state they had stood on, or stayed on it (`revisited`):
-under greedy decoding a team that does so is usually caught in a loop. Exit status 2 on bad arguments.
+under greedy decoding a team that does so is usually caught in a loop. In program mode
+(`task.tool_mode = "program"`) the table and JSON (`tool`) put beside the accuracy what the tool
+agent's programs did alone: the shares of its answers whose program ran, solved the level by itself,
+printed nothing parseable, timed out, crashed or did not compile. Exit status 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -245,7 +248,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import replace
 
     from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
-    from atgrpo.units import cut_units, roll_out_locally
+    from atgrpo.units import cut_units, roll_out_units
     from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
 
@@ -282,7 +285,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             0, 0, list(range(count)), max(1, args.batch), split="eval", versions={p: 0 for p in handles}, greedy=greedy
         )
         t0 = time.perf_counter()
-        _, envs, _ = roll_out_locally(wf, handles, units, sampling, run_id="eval", run_seed=args.seed)
+        rollout = roll_out_units(wf, handles, units, sampling, run_id="eval", run_seed=args.seed)
+        envs = rollout.envs
         wall = time.perf_counter() - t0
         correct = [0] * count
         for env in envs:
@@ -313,7 +317,25 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "failed_revisiting": (
             sum(1 for r in records if not r["correct"] and revisited(r)) if cfg.task.task in GAME_TASKS else None
         ),
+        # Program mode only (absent otherwise): what the tool's programs did alone, beside accuracy.
+        **({"tool": rollout.tool_programs.metrics()} if rollout.tool_programs.answers else {}),
     }
+
+
+def tool_rows(tool: dict[str, float] | None) -> list[tuple[str, str]]:
+    """Program mode's rows, under the team's accuracy: the tool agent's programs alone (the shares of
+    `ToolPrograms.metrics`, over every tool answer of every turn)."""
+    if not tool:
+        return []
+    share = {k: f"{100 * v:.1f}%" for k, v in tool.items()}
+    return [
+        ("tool alone", f"{share['alone_success']} of {int(tool['programs'])} tool answers solve the level"),
+        (
+            "tool programs",
+            f"ran {share['program_ran']}, unparseable {share['unparseable']}, timed out {share['timed_out']}, "
+            f"crashed {share['crashed']}, no compile {share['no_compile']}",
+        ),
+    ]
 
 
 def format_table(res: dict[str, Any]) -> str:
@@ -325,6 +347,7 @@ def format_table(res: dict[str, Any]) -> str:
         ("problems", str(res["problems"])),
         ("decoding", f"{res['decoding']}, {res['samples_per_problem']} per problem"),
         ("accuracy", f"{100 * res['accuracy']:.1f}%"),
+        *tool_rows(res.get("tool")),
         *((f"pass@{k}", f"{100 * v:.1f}%") for k, v in res["pass_at_k"].items()),
         ("time", f"{res['wall_s']:.1f}s"),
     ]
