@@ -131,6 +131,17 @@ def test_a_sample_over_the_micro_batch_budget_drops_its_group_not_the_unit() -> 
     assert fault is not None and fault.reason == "over_budget" and fault.scope == "group"
 
 
+def test_a_response_is_checked_against_its_own_agents_budget() -> None:
+    lim = limits(agent_max_new_tokens={"tool": 12, "plan": 8})
+    long = dict(response_ids=[4] * 10, logprobs=[-0.1] * 10)
+    assert sample_fault(sample(agent=0, **long), lim) is None  # the tool's 12
+    assert sample_fault(sample(agent=1, **long), lim).reason == "response_too_long"  # type: ignore[union-attr]
+    from_cfg = IntakeLimits.from_config(
+        load_config(None, ["rollout.max_new_tokens_per_role={tool=12}"]), {"shared": PolicyLimits(VOCAB)}
+    )
+    assert from_cfg.agent_max_new_tokens == {"tool": 12, "plan": 32}
+
+
 def test_trajectory_samples_use_key_env_0_0_and_any_role() -> None:
     lim = limits(tree=False, trajectory=True)
     assert sample_fault(sample(env=4, agent=0, turn=0, role="plan"), lim) is None

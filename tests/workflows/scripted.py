@@ -21,11 +21,14 @@ class ScriptedEngine(RolloutEngine):
         self.version = 0
         self.tokenizer = build_char_tokenizer()
         self.calls: list[tuple[list[str], list[str]]] = []
+        self.params: list[SamplingParams] = []
+        """The sampling parameters of each call, in call order."""
 
     def generate(self, prompts, params: SamplingParams, seed=None):
         texts = [self.tokenizer.decode(p) for p in prompts]
         answers = [self.answer(t, i) for i, t in enumerate(texts)]
         self.calls.append((texts, answers))
+        self.params.append(params)
         out = []
         for a in answers:
             cut = a.endswith(self.CUT)

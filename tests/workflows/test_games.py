@@ -185,3 +185,13 @@ def test_compact_turn_prompts_tell_turns_apart(task):
 def test_compact_turn_is_refused_outside_the_games():
     with pytest.raises(ValueError, match="compact_turn"):
         load_config(None, ['task.task="code"', 'task.prompts="compact_turn"'])
+
+
+def test_response_budgets_each_agent_generates_with_its_own_max_new_tokens():
+    # The tool agent (acting first each turn) has a budget of its own, the planner the caller's 16.
+    wf = workflow("rollout.max_new_tokens_per_role={tool=256}")
+    _, eng = run(wf, per_branch, seeds=(0,))
+    budgets = [p.max_new_tokens for p in eng.params]
+    assert len(budgets) >= 2 and budgets == [256, 16] * (len(budgets) // 2) + [256] * (len(budgets) % 2)
+    _, eng = run(workflow(), per_branch, seeds=(0,))
+    assert {p.max_new_tokens for p in eng.params} == {16}

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from atgrpo.config.budgets import agent_max_new_tokens, check_response_budgets
 from atgrpo.config.engines import check_engines
 from atgrpo.config.lora import check_lora
 from atgrpo.config.sections import (
@@ -85,12 +86,18 @@ class RunConfig(Section):
             raise ValueError(f"policies {sorted(unused)} serve no role")
         check_lora(self)  # atgrpo.config.lora
         check_engines(self)  # atgrpo.config.engines
+        check_response_budgets(self)  # atgrpo.config.budgets
         return self
 
     def agent_policy(self) -> dict[str, str]:
         """Agent name -> policy, agents in turn order: the agent's own entry of `role_policy`, else its role's."""
         rp = self.role_policy
         return {a.name: rp.get(a.name, rp.get(a.role, "")) for a in self.task.agents()}
+
+    def agent_max_new_tokens(self) -> dict[str, int]:
+        """Agent name -> most tokens of one response, agents in turn order: its own entry of
+        `rollout.max_new_tokens_per_role`, else its role's, else `rollout.max_new_tokens`."""
+        return agent_max_new_tokens(self)
 
     def roles_of(self, policy: str) -> list[str]:
         """The roles with at least one agent on `policy`."""

@@ -172,7 +172,12 @@ class RolloutSection(Section):
     """Nucleus mass. Must be 1 for training: the learner scores tokens under the full tempered
     distribution, so a truncated one would bias every PPO ratio (`atgrpo-eval --top-p` may use it)."""
     max_new_tokens: int = Field(default=32, ge=1)
-    """Most tokens one response may have."""
+    """Most tokens one response may have (an agent's own budget in `max_new_tokens_per_role` aside)."""
+    max_new_tokens_per_role: dict[str, int] = Field(default_factory=dict)
+    """Role (or agent) name -> most tokens one of its responses may have, in place of
+    `max_new_tokens`; e.g. `{ tool = 256 }` for a program-mode tool agent beside a planner that answers
+    in a few dozen. Keys must name a role of the task or an agent of its team; empty: every agent
+    `max_new_tokens` (`atgrpo.config.budgets`)."""
     truncated_is_invalid: bool = True
     """A response cut off at `max_new_tokens` (no end-of-sequence token) is handed to the task as an
     empty answer, i.e. scored as unparseable. False: the cut-off text is scored as it is."""
@@ -193,7 +198,7 @@ class RolloutSection(Section):
     `launch.actor_devices`, its own) or "cuda:N"."""
     max_prompt_tokens: int = Field(default=4096, ge=1)
     """Longest prompt, in tokens, any turn may have. The engines hold `max_prompt_tokens +
-    max_new_tokens` tokens per sequence (capped at the model's context), not the model's full
+    longest_response` tokens per sequence (capped at the model's context), not the model's full
     context (40,960 for Qwen3), which vLLM would otherwise reserve KV memory for. A longer prompt
     is a `PromptTooLongError`. Task prompts are bounded by design (other agents' output is clipped)."""
     dtype: Literal["float32", "bfloat16"] | None = None
@@ -229,7 +234,15 @@ class RolloutSection(Section):
             )
         if self.grouping == "trajectory" and self.sampling == "tree":
             raise ValueError("trajectory grouping needs sampling = 'parallel' (K whole episodes per env)")
+        small = {r: n for r, n in self.max_new_tokens_per_role.items() if n < 1}
+        if small:
+            raise ValueError(f"rollout.max_new_tokens_per_role: every budget must be >= 1, got {small}")
         return self
+
+    @property
+    def longest_response(self) -> int:
+        """The largest response budget of any role: what an engine leaves room for after a prompt."""
+        return max([self.max_new_tokens, *self.max_new_tokens_per_role.values()])
 
 
 class TrainSection(Section):

@@ -68,13 +68,15 @@ def rollout_dtype(cfg: RunConfig) -> str:
 
 def sequence_budget(facts: ModelFacts, rollout: RolloutSection) -> int:
     """Tokens one sequence may hold in an engine: the longest prompt a turn may have
-    (`rollout.max_prompt_tokens`) plus `max_new_tokens`, never more than the model's context."""
-    want = rollout.max_prompt_tokens + rollout.max_new_tokens
+    (`rollout.max_prompt_tokens`) plus the largest response budget of any role (one engine serves
+    every role of its policy), never more than the model's context."""
+    want = rollout.max_prompt_tokens + rollout.longest_response
     return want if facts.context_length is None else min(want, facts.context_length)
 
 
 def training_sampling(rollout: RolloutSection) -> SamplingParams:
-    """How a run's rollouts sample (greedy units switch to argmax themselves)."""
+    """How a run's rollouts sample (greedy units switch to argmax themselves; the turn loop gives an
+    agent with its own budget, `rollout.max_new_tokens_per_role`, that budget)."""
     return SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
 
 

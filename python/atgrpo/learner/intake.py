@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from atgrpo.config import RunConfig
@@ -79,10 +79,14 @@ class IntakeLimits:
     trajectory: bool
     """`rollout.grouping == "trajectory"`: one group per env, key (env, 0, 0), K episodes in it."""
     max_new_tokens: int
+    """`rollout.max_new_tokens`: the most response tokens of a sample whose agent has no budget of its own."""
     micro_batch_tokens: int
     """`train.micro_batch_tokens`: the packer cannot take a longer prompt + response."""
     grouping: str = "agent_turn"
     """`rollout.grouping`: which keys form one advantage group, so which samples a group fault drops."""
+    agent_max_new_tokens: Mapping[str, int] = field(default_factory=dict)
+    """Agent name -> most response tokens of its samples (`RunConfig.agent_max_new_tokens`); an agent
+    missing here has `max_new_tokens`."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig, policies: Mapping[str, PolicyLimits]) -> IntakeLimits:
@@ -98,6 +102,7 @@ class IntakeLimits:
             max_new_tokens=ro.max_new_tokens,
             micro_batch_tokens=cfg.train.micro_batch_tokens,
             grouping=ro.grouping,
+            agent_max_new_tokens=cfg.agent_max_new_tokens(),
         )
 
     def group_of(self, key: GroupKey) -> GroupKey:
@@ -145,8 +150,11 @@ def sample_fault(s: Sample, limits: IntakeLimits) -> Fault | None:
         return Fault("empty_response", f"{_where(s)}: no response tokens")
     if len(s.logprobs) != n:
         return Fault("logprob_count", f"{_where(s)}: {len(s.logprobs)} logprobs for {n} response tokens")
-    if n > limits.max_new_tokens:
-        return Fault("response_too_long", f"{_where(s)}: {n} response tokens > max_new_tokens={limits.max_new_tokens}")
+    budget = limits.agent_max_new_tokens.get(s.role, limits.max_new_tokens)
+    if n > budget:
+        return Fault(
+            "response_too_long", f"{_where(s)}: {n} response tokens > {s.role[:40]!r}'s max_new_tokens={budget}"
+        )
     pol = limits.policies[s.policy]
     total = len(s.prompt_ids) + n
     if pol.context_length is not None and total > pol.context_length:

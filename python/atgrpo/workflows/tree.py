@@ -22,6 +22,8 @@ Invariants:
   the lowest branch; `selection = "random"` draws uniformly from `np.random.default_rng(seed)`, envs
   in ascending order) is carried into all K branches. Parallel mode: K independent episodes, no
   carrying. Greedy units (evaluation): K = 1, argmax decoding, no samples kept.
+- An agent that `rollout.max_new_tokens_per_role` gives a budget of its own (by name or role,
+  `config.budgets`) generates with it; every other agent with the caller's `sampling.max_new_tokens`.
 - Generate call c (counted from 1 over the whole unit) gets seed `engine_seed(seed, c)`; after each
   call `on_progress` (the actor's heartbeat to the hub) is called, before the env step.
 - A role whose step is simulated (`Outcomes.episode` false: the games' tool agent) earns rewards for
@@ -36,13 +38,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from atgrpo.config import RunConfig
+from atgrpo.config.budgets import budget_overrides
 from atgrpo.engines.base import Completion, SamplingParams
 from atgrpo.messages import EnvResult, GroupKey, Sample, ToolPrograms, UnitTimings, WorkUnit
 from atgrpo.workflows.base import GroupSink, PolicyHandle, ProgressSink, UnitResult
@@ -151,6 +154,11 @@ def unit_sampling(sampling: SamplingParams, greedy: bool) -> SamplingParams:
     )
 
 
+def agent_sampling(params: SamplingParams, budget: int | None) -> SamplingParams:
+    """`params` with an agent's own response budget (`RunConfig.agent_max_new_tokens`), if it has one."""
+    return params if budget is None else replace(params, max_new_tokens=budget)
+
+
 def engine_seed(seed: int | None, call: int) -> int | None:
     """The seed of a unit's `call`-th generate call: samples depend on (unit seed, call) only."""
     return None if seed is None else (seed * 1000 + call) % (2**63)
@@ -238,6 +246,8 @@ class TreeWorkflow:
         """Called after every agent's step with (unit, agent, turn, live, answer texts, states), before
         tree selection (`atgrpo-eval --transcripts`); None in training."""
         self.turns = cfg.task.turns
+        self.budgets = budget_overrides(cfg)
+        """Agent name -> its own response budget, for the agents that have one."""
         self.use_chat_template = cfg.task.prompts == "paper"
 
     def open(self, unit: WorkUnit, k: int) -> UnitStates:
@@ -294,7 +304,8 @@ class TreeWorkflow:
                     prompts = [self.encode(handle.tokenizer, t, role) for t in texts]
                     t0 = time.perf_counter()
                     call += 1
-                    outs = handle.engine.generate(prompts, params, seed=engine_seed(seed, call))
+                    role_params = agent_sampling(params, self.budgets.get(role))
+                    outs = handle.engine.generate(prompts, role_params, seed=engine_seed(seed, call))
                     timings.generate_s += time.perf_counter() - t0
                     if on_progress is not None:
                         on_progress()
@@ -348,6 +359,7 @@ __all__ = [
     "StepSink",
     "TreeWorkflow",
     "UnitStates",
+    "agent_sampling",
     "answer_texts",
     "engine_seed",
     "env_results",
