@@ -311,7 +311,9 @@ class WarmstartSection(Section):
     lr: float = Field(default=1e-3, gt=0.0)
     """Adam learning rate of the supervised warm start."""
     tool_noise: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Fraction of demonstrations, 0..1, whose tool answer is corrupted, so the plan agent learns to check it."""
+    """Fraction of demonstrations, 0..1, whose tool answer is corrupted, so the plan agent learns to check it.
+    Answer mode only: in program mode the tool demos' mostly flawed strategies play that part
+    (`atgrpo.warmstart.program_mix`)."""
     pretrained: bool = False
     """Warm-start models given by `policies.<p>.path` too: the model is copied to out_dir/models/<p>
     and trained there; its source is never written. False: only the built tiny model is warm-started."""

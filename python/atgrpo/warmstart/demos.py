@@ -6,6 +6,14 @@ mid-episode positions. Targets are the solver's optimal answer in the template s
 answer shown to the plan agent is corrupted in a `tool_noise` fraction of demos (with the outcome
 the simulation really gives), so the plan agent learns to check the tool instead of copying it.
 Prompts are the workflow's own (`GameWorkflow.prompt_text`), so demos and rollouts agree on them.
+
+Program mode (`task.tool_mode = "program"`): the tool agent's demos are programs, each by a
+strategy drawn from `program_mix` (mostly flawed ones, which play the part `tool_noise` plays in
+answer mode, so `tool_noise` is not used). What the plan agent is shown of a tool answer, and the
+action simulated, come from `GameWorkflow.actions`, the rollouts' own path: in program mode each
+program really runs in the workflow's sandbox (`run_printing_programs`, nothing given to it) and
+the plan agent's prompt holds its real output and the simulation's outcome. The plan agent's target
+is the solver's answer in both modes.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from collections.abc import Collection
 import numpy as np
 
 from atgrpo.envs import EnvPool
+from atgrpo.warmstart.program_mix import mix_programs
 from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow
 from atgrpo.workflows.states import Simulation
 
@@ -79,25 +88,24 @@ def make_demos(
         plans = [p if limit is None or p is None else first_moves(p, per_answer) for p in pool.solve(ids).plans]
         eos = [tokenizer.eos_token_id]
         out = []
-        tool_answers = []
-        for i, e in enumerate(ids):
-            answer = wf.templates.answer_text(plans[i] or "")
-            noisy = TOOL in wf.roles and rng.random() < tool_noise
-            noise = random_moves(rng, 1, min(6, per_answer)) if noisy else ""
-            tool_answers.append(wf.templates.answer_text(noise) if noisy else answer)
-            if TOOL in wf.roles and TOOL in keep:
-                prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
-                out.append(
-                    (wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(answer, add_special_tokens=False) + eos)
-                )
+        if wf.program_mode:
+            targets = answers = mix_programs(wf.task, obs, rng) if TOOL in wf.roles else []
+        else:
+            targets, answers = _noisy_answers(wf, plans, rng, tool_noise, per_answer)
+        for i, e in enumerate(ids if TOOL in wf.roles and TOOL in keep else []):
+            prompt = wf.prompt_text(TOOL, obs[i], int(turns[e]), None)
+            out.append(
+                (wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(targets[i], add_special_tokens=False) + eos)
+            )
         views: list[Simulation | None] = [None] * len(ids)
         if TOOL in wf.roles and len(ids):
+            actions, shown, _ = wf.actions(TOOL, answers)
             for e in ids:
                 pool.fork(int(e), [int(e) + n])
-            sim = pool.step(ids + n, tool_answers)
+            sim = pool.step(ids + n, actions)
             views = [
                 Simulation(
-                    int(turns[e]), tool_answers[i], bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])
+                    int(turns[e]), shown[i], bool(sim.success[i]), bool(sim.valid[i]), float(sim.reward_local[i])
                 )
                 for i, e in enumerate(ids)
             ]
@@ -108,3 +116,18 @@ def make_demos(
         return out
     finally:
         pool.close()
+
+
+def _noisy_answers(
+    wf: GameWorkflow, plans: list[str | None], rng: np.random.Generator, tool_noise: float, per_answer: int
+) -> tuple[list[str], list[str]]:
+    """Answer mode: each tool demo's target (the solver's answer) and the answer the plan agent is
+    shown, a few random moves instead in a `tool_noise` share of demos. No draw without a tool agent."""
+    targets, shown = [], []
+    for plan in plans:
+        answer = wf.templates.answer_text(plan or "")
+        noisy = TOOL in wf.roles and rng.random() < tool_noise
+        noise = random_moves(rng, 1, min(6, per_answer)) if noisy else ""
+        targets.append(answer)
+        shown.append(wf.templates.answer_text(noise) if noisy else answer)
+    return targets, shown

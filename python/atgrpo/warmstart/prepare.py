@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -78,15 +79,16 @@ def _prepare_folder(cfg: RunConfig, p: str, progress: Progress | None, device: t
         )
     elif ws.steps:
         torch.manual_seed(cfg.run.seed)
-        warm_start(
-            model,
-            _demo_source(cfg, p, tok),
-            pad_id=tok.pad_token_id,
-            steps=ws.steps,
-            lr=ws.lr,
-            answers_only=not built,
-            on_step=_reporter(p, progress),
-        )
+        with _demo_source(cfg, p, tok) as source:
+            warm_start(
+                model,
+                source,
+                pad_id=tok.pad_token_id,
+                steps=ws.steps,
+                lr=ws.lr,
+                answers_only=not built,
+                on_step=_reporter(p, progress),
+            )
     # The folder is the same whichever device trained it.
     model.to("cpu").save_pretrained(tmp)
     if not built:
@@ -140,18 +142,19 @@ def train_adapters(
         adapter.activate()
         # As a full policy's warm start, whichever policies came before.
         torch.manual_seed(cfg.run.seed)
-        losses[p] = warm_start(
-            model,
-            _demo_source(cfg, p, tok),
-            pad_id=tok.pad_token_id,
-            steps=ws.steps,
-            lr=ws.lr,
-            answers_only=cfg.policies[p].path is not None,
-            on_step=_reporter(p, progress),
-            params=adapter.parameters(),
-            snapshot_at=at,
-            on_snapshot=lambda n, p=p, adapter=adapter: save(p, n, adapter),
-        )
+        with _demo_source(cfg, p, tok) as source:
+            losses[p] = warm_start(
+                model,
+                source,
+                pad_id=tok.pad_token_id,
+                steps=ws.steps,
+                lr=ws.lr,
+                answers_only=cfg.policies[p].path is not None,
+                on_step=_reporter(p, progress),
+                params=adapter.parameters(),
+                snapshot_at=at,
+                on_snapshot=lambda n, p=p, adapter=adapter: save(p, n, adapter),
+            )
     return losses
 
 
@@ -165,9 +168,11 @@ def _write_atomically(folder: Path, cfg: RunConfig, p: str, adapter: AdapterWeig
     tmp.rename(folder)
 
 
-def _demo_source(cfg: RunConfig, p: str, tok) -> Callable[[int], list]:
+@contextmanager
+def _demo_source(cfg: RunConfig, p: str, tok) -> Iterator[Callable[[int], list]]:
     """Step -> the demos of policy `p`'s roles only, made by the whole team (so the plan agent's
-    prompts show the tool agent's answer, as in every rollout)."""
+    prompts show the tool agent's answer, as in every rollout). The workflow is closed on exit:
+    in program mode it holds the sandbox the demo programs ran in."""
     from atgrpo.workflows.games import GameWorkflow
 
     wf, roles, n, ws = (
@@ -176,15 +181,18 @@ def _demo_source(cfg: RunConfig, p: str, tok) -> Callable[[int], list]:
         cfg.warmstart.batch_size,
         cfg.warmstart,
     )
-    return lambda step: demos.make_demos(
-        wf,
-        tok,
-        n,
-        start=step * n,
-        tool_noise=ws.tool_noise,
-        seed=cfg.run.seed,
-        roles=roles,
-    )
+    try:
+        yield lambda step: demos.make_demos(
+            wf,
+            tok,
+            n,
+            start=step * n,
+            tool_noise=ws.tool_noise,
+            seed=cfg.run.seed,
+            roles=roles,
+        )
+    finally:
+        wf.close()
 
 
 def _reporter(p: str, progress: Progress | None) -> Callable[[int, int, float], None]:

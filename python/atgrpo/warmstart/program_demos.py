@@ -177,10 +177,11 @@ def sudoku_program(obs: str, strategy: str) -> str:
     raise ValueError(f"unknown Sudoku strategy {strategy!r}; expected one of {SUDOKU_STRATEGIES}")
 
 
-def strategy_program(task: str, obs: str, strategy: str) -> str:
-    """The program of `strategy` for a level of `task` ("planpath" or "sudoku")."""
+def strategy_program(task: str, obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP) -> str:
+    """The program of `strategy` for a level of `task` ("planpath" or "sudoku"); `depth_cap` is
+    `dfs_capped`'s (Plan-Path only)."""
     if task == "planpath":
-        return planpath_program(obs, strategy)
+        return planpath_program(obs, strategy, depth_cap=depth_cap)
     if task == "sudoku":
         return sudoku_program(obs, strategy)
     raise ValueError(f"no program strategies for task {task!r}")

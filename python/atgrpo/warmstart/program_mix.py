@@ -1,0 +1,72 @@
+"""Which strategy writes each program-mode tool demo: a fixed mix over `program_demos`' family.
+
+The warm start teaches the grammar of search programs and must not solve the task by itself (the
+team after the warm start stays at or below 50% held out, issue 47). Held-out evaluation decodes
+greedily, and a model trained on this mix follows, at each point where the family's programs part,
+the branch most of its demos took. The programs part in a fixed order (Plan-Path: the move table,
+then the search, then its bounds; Sudoku: the check, then the search), so the mix sets the most
+frequent branch at every fork to a strategy that mostly fails, by a clear margin, and makes the
+correct strategy the most frequent of the rest: a warm-started team that mostly fails, and one
+decision (the first fork) between it and a correct program, which RL's samples cross often.
+
+Plan-Path (success of each alone on 200 levels of the 6x6 demo, after one answer):
+- `bfs_swapped_ud` 0.60 (4%): the first fork is the move table, swapped 0.60 against 0.40;
+- `bfs` 0.18 (100%): among the unswapped, the BFS body (0.28 with `bfs_edge_blind`) leads, and
+  within it the correct bound (0.18 against 0.10);
+- `bfs_edge_blind` 0.10 (58%), `greedy` 0.08 (62%);
+- `dfs_capped` 0.04 with a cap of `DEPTH_CAP` = 5 moves (37%; 71% at the family's default cap of 8,
+  a near solver, hence the lowest weight and the lower cap).
+
+Sudoku 4x4:
+- `rows_only` 0.55 (0%): the first fork is the check, rows only 0.55 against 0.35 (row, column and
+  box) and 0.10 (no boxes);
+- `backtrack` 0.20 (100%): with the full check, backtracking leads the one-pass fill (0.20 / 0.15);
+- `greedy` 0.15 (37%);
+- `no_boxes` 0.10 (89%: a near solver, the lowest weight).
+
+Invariants: each mix names only its task's strategies and sums to 1; the correct strategy is a
+minority and never the most frequent; draws come from the caller's generator, one per demo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from atgrpo.warmstart.program_demos import strategies, strategy_program
+
+MIXES: dict[str, dict[str, float]] = {
+    "planpath": {"bfs_swapped_ud": 0.60, "bfs": 0.18, "bfs_edge_blind": 0.10, "greedy": 0.08, "dfs_capped": 0.04},
+    "sudoku": {"rows_only": 0.55, "backtrack": 0.20, "greedy": 0.15, "no_boxes": 0.10},
+}
+"""Task -> strategy -> share of the tool demos it writes (module docstring: why these)."""
+DEPTH_CAP = 5
+"""`dfs_capped`'s cap in the demos: on the 6x6 demo it then solves 37% alone, not 71%."""
+
+
+def mix_of(task: str) -> dict[str, float]:
+    """The mix of `task`, checked against its family (module invariants)."""
+    mix = MIXES.get(task)
+    if mix is None:
+        raise ValueError(f"no program demo mix for task {task!r}; program-mode demos exist for {sorted(MIXES)}")
+    if not set(mix) <= set(strategies(task)) or abs(sum(mix.values()) - 1.0) > 1e-9:
+        raise ValueError(f"the {task} mix must be shares of its strategies {strategies(task)}, got {mix}")
+    return mix
+
+
+def draw_strategies(task: str, count: int, rng: np.random.Generator) -> list[str]:
+    """`count` strategy names drawn independently from `task`'s mix."""
+    mix = mix_of(task)
+    names = list(mix)
+    picks = rng.choice(len(names), size=count, p=np.array([mix[s] for s in names]))
+    return [names[i] for i in picks]
+
+
+def mix_programs(task: str, observations: Sequence[str], rng: np.random.Generator) -> list[str]:
+    """One tool demo program per observation, each by a strategy drawn from the mix."""
+    drawn = draw_strategies(task, len(observations), rng)
+    return [strategy_program(task, obs, s, depth_cap=DEPTH_CAP) for obs, s in zip(observations, drawn)]
+
+
+__all__ = ["DEPTH_CAP", "MIXES", "draw_strategies", "mix_of", "mix_programs"]
