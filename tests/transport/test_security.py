@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
 from atgrpo.cli.keys import main as keys_main
-from atgrpo.errors import CurveKeyError, InsecureEndpointError
+from atgrpo.errors import AddressError, CurveKeyError, InsecureEndpointError
 from atgrpo.transport.keys import actor_keys, hub_keys
-from atgrpo.transport.security import is_local, require_keys
+from atgrpo.transport.security import check_address, is_local, require_keys
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,41 @@ from atgrpo.transport.security import is_local, require_keys
 )
 def test_which_addresses_other_hosts_can_reach(address: str, local: bool) -> None:
     assert is_local(address) is local
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "tcp://127.0.0.1:5555",
+        "tcp://*:*",
+        "tcp://*:0",
+        "tcp://[::1]:5555",
+        "tcp://eth0:5555",
+        "ipc:///tmp/x/hub",
+        "inproc://hub",
+    ],
+)
+def test_an_endpoint_address_has_its_form(address: str) -> None:
+    check_address(address, "hub")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "bogus://x",
+        "hub",
+        "",
+        "tcp://127.0.0.1",
+        "tcp://:5555",
+        "tcp://[]:5555",
+        "tcp://h:port",
+        "tcp://h:70000",
+        "ipc://",
+    ],
+)
+def test_an_address_no_socket_could_use_is_refused_by_its_form(address: str) -> None:
+    with pytest.raises(AddressError, match=re.escape(f"hub address {address!r}")):
+        check_address(address, "hub")
 
 
 def test_reachable_tcp_without_keys_is_refused_unless_insecure(tmp_path: Path, caplog) -> None:

@@ -31,10 +31,23 @@ def main(argv: list[str] | None = None) -> int:
     if not address:
         log.error(NO_ADDRESS)
         return 2
+    from atgrpo.transport import keys
+    from atgrpo.transport.errors import TransportError
+    from atgrpo.transport.security import check_address, require_keys
+
+    try:  # what Actor() checks too, before the seconds of imports below
+        tp = cfg.transport
+        if address != "-":
+            check_address(address, "actor")
+            require_keys(address, tp.curve_keys, tp.insecure, "actor")
+        if tp.curve_keys is not None:
+            keys.actor_keys(tp.curve_keys, tp.curve_actor)
+    except TransportError as exc:
+        log.error("%s", exc)
+        return 2
     from atgrpo.actor.actor import Actor, ActorError, configure_threads
     from atgrpo.errors import PlacementError
     from atgrpo.placement import pin
-    from atgrpo.transport.errors import TransportError
 
     try:
         pin(cfg.launch.actor_cpus, "launch.actor_cpus")

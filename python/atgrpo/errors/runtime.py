@@ -26,6 +26,10 @@ class ModelImportError(AtgrpoError, ValueError):
     """The source is not a model atgrpo can import, or the imported folder is not clean."""
 
 
+class ModelFolderError(AtgrpoError, FileNotFoundError):
+    """A model folder the run or a loader names is missing or not HF format (no config.json)."""
+
+
 class UnsupportedModelError(AtgrpoError, ValueError):
     """The model lacks a structure a requested learner feature needs, e.g. decoder layers to
     checkpoint (`learner.checkpointing`)."""

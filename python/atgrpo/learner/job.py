@@ -38,6 +38,7 @@ from atgrpo.learner.intake import IntakeLimits, PolicyLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.learner.orchestrator import Orchestrator, rollout_metrics
 from atgrpo.learner.packing import broadcast_flag, scatter_plans
+from atgrpo.learner.preflight import check_learner_inputs
 from atgrpo.learner.signal_watch import SignalWatch
 from atgrpo.learner.trainer import Trainer
 from atgrpo.messages import (
@@ -87,12 +88,14 @@ pipelined run that resumes neither rolls them out again nor loses them."""
 
 
 def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | None:
+    job = distributed.dist_env()
+    # The address, the keys and the model folders, before the warm start's minutes and the ranks' join.
+    check_learner_inputs(cfg, address, hub=job.rank == 0)
     cores = pin(cfg.launch.learner_cpus, "launch.learner_cpus")
     threads = cfg.launch.learner_threads or cores
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
-    job = distributed.dist_env()
     device = resolve_device(cfg.train.device, local_rank=job.local_rank, world_size=job.world_size)
     activate(device)
     rank, world = 0, 1

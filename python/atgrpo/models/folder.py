@@ -14,12 +14,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from atgrpo.errors.runtime import ModelFolderError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_model(folder: str | Path, dtype: str = "float32", device: str = "cpu") -> PreTrainedModel:
     if not Path(folder, "config.json").is_file():
-        raise FileNotFoundError(f"no model at {folder}: expected an HF-format folder with config.json")
+        raise ModelFolderError(f"no model at {folder}: expected an HF-format folder with config.json")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], local_files_only=True)
     return model.to(device)
 

@@ -5,6 +5,9 @@ can reach the port; an actor without keys talks to whoever answers there. Both a
 (`InsecureEndpointError`) unless the run sets `transport.insecure = true`, which is logged as a
 warning. Loopback tcp (127.0.0.0/8, ::1, localhost), ipc (a private 0700 directory) and inproc stay
 on this host and need no keys.
+
+`check_address` refuses what no endpoint could bind or connect to (a scheme other than tcp, ipc or
+inproc; a tcp address without host or port), so that a typo is reported before any heavy work.
 """
 
 from __future__ import annotations
@@ -13,9 +16,25 @@ import ipaddress
 import logging
 import os
 
-from atgrpo.transport.errors import InsecureEndpointError
+from atgrpo.transport.errors import AddressError, InsecureEndpointError
 
 log = logging.getLogger("atgrpo.transport")
+
+
+SCHEMES = ("tcp", "ipc", "inproc")
+
+
+def check_address(address: str, role: str) -> None:
+    """Raise `AddressError` unless `address` has the form of an endpoint: `tcp://host:port` (port a
+    number or `*`), `ipc:///path` or `inproc://name`. Only the form: whether it binds or connects is
+    the socket's to say."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in SCHEMES or not rest:
+        raise AddressError(f"{role} address {address!r}: expected tcp://host:port, ipc:///path or inproc://name")
+    if scheme == "tcp":
+        host, _, port = rest.rpartition(":")
+        if not host.strip("[]") or not (port == "*" or (port.isdigit() and int(port) <= 65535)):
+            raise AddressError(f"{role} address {address!r}: expected tcp://host:port (port a number, or *)")
 
 
 def host_of(address: str) -> str | None:
@@ -60,4 +79,4 @@ def require_keys(address: str, curve_keys: str | os.PathLike[str] | None, insecu
     )
 
 
-__all__ = ["host_of", "is_local", "require_keys"]
+__all__ = ["SCHEMES", "check_address", "host_of", "is_local", "require_keys"]
