@@ -19,8 +19,10 @@ from atgrpo.learner.backends.deepspeed_backend import DeepSpeedBackend
 from atgrpo.learner.distributed import get_rank, get_world_size, init_distributed_from_env
 from atgrpo.models.folder import load_model
 
-TIMEOUT_S = 120.0
-"""Process-group timeout: a mismatched collective fails the run instead of hanging it."""
+TIMEOUT_S = 300.0
+"""Process-group timeout: a mismatched collective fails the run instead of hanging it. It also bounds
+the first collective, which waits for the slower rank's imports: on two busy cores (the integration
+tier's two workers) those took past the 120 s this used to be, failing a correct run."""
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ from atgrpo.models.folder import load_model
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "deepspeed_worker.py"
-TWO_RANK_TIMEOUT_S = 300
+TWO_RANK_TIMEOUT_S = 600
 STAGES = (0, 1, 2, 3)
 ATOL, RTOL = 1e-2 * LR, 1e-5
 """Weights are compared after Adam steps. Adam divides each gradient entry by its own running RMS, so
@@ -274,7 +274,9 @@ def two_ranks(tmp_path_factory, model_dir, steps, grad_clip):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = None
-    tail = log_path.read_text(errors="replace")[-6000:]
+    # torch's deprecation warnings, two lines per collective call, would fill the tail shown
+    lines = log_path.read_text(errors="replace").splitlines()
+    tail = "\n".join(line for line in lines if "FutureWarning" not in line and "return func(" not in line)[-6000:]
     assert rc is not None, f"2-rank run hung for {TWO_RANK_TIMEOUT_S}s:\n{tail}"
     assert rc == 0, f"2-rank run failed (rc {rc}):\n{tail}"
     # nothing was JIT-compiled (no DeepSpeed C++ op was built)
