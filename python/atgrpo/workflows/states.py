@@ -129,8 +129,15 @@ class PoolStates:
             self.pool.fork(int(self.slots[env, best]), others)
 
     def describe(self, name: str, env: int, branch: int) -> dict[str, object]:
-        """The observation agent `name` was shown in this turn's prompt (transcripts; `revisited`)."""
-        return {"obs": self.shown.get((env, branch), "")}
+        """The observation agent `name` was shown in this turn's prompt (transcripts; `revisited`), and
+        for a simulated agent (the tool) what its answer showed the later roles (in program mode the
+        program and what it printed) and what it did alone on the copy. Called right after the agent's
+        answers were applied, before any carry: the branch's simulation is this answer's."""
+        row: dict[str, object] = {"obs": self.shown.get((env, branch), "")}
+        sim = self.simulations.get((env, branch))
+        if self.game.simulated(name) and sim is not None:
+            row.update(shown=sim.answer, alone_valid=sim.valid, alone_success=sim.success)
+        return row
 
     def close(self) -> None:
         self.pool.close()

@@ -136,12 +136,11 @@ def test_every_arm_is_a_valid_config(suite: str) -> None:
     s = suites.SUITES[suite]
     assert s.reference in {a.name for a in s.arms}
     for arm in s.arms:
-        config = str(suites.CONFIGS / arm.config) if arm.config else None
-        cfg = load_config(config, runs.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
+        cfg = load_config(s.config_file(arm), runs.run_sets(s, arm, 7, Path("/tmp/x"), None, []))
         assert cfg.run.seed == 7 and set(cfg.policies) == set(arm.policies)
         assert not s.model_seed or all(p.tiny.seed == 7 for p in cfg.policies.values())
         if s.steps is not None:
-            assert (cfg.run.steps, cfg.run.time_limit_s) == (0 if arm.name == "mas_prompt" else s.steps, 0.0)
+            assert (cfg.run.steps, cfg.run.time_limit_s) == (0 if arm.prompt_only else s.steps, 0.0)
 
 
 def test_identical_arms_of_different_suites_share_one_run() -> None:
@@ -436,7 +435,7 @@ def test_the_prompt_templates_are_part_of_a_run(tmp_path: Path, monkeypatch: pyt
     shared = next(a for a in suite.arms if a.shared == "default")
     before = runs.run_dir(tmp_path, suite, shared, 0)
     assert runs.prompts_digest() == runs.prompts_digest()  # a digest of the files, stable
-    monkeypatch.setattr(runs, "prompts_digest", lambda: "other")
+    monkeypatch.setattr(runs, "prompts_digest", lambda *_: "other")
     assert runs.run_dir(tmp_path, suite, shared, 0) != before
     monkeypatch.undo()
     monkeypatch.setattr(runner, "run_one", lambda *_: pytest.fail("a finished run was run again"))

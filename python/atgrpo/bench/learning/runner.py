@@ -11,6 +11,10 @@ Invariants:
   instruction set: the same seed then learns the same on AVX2-only and AVX-512 machines.
 - Each run leaves `wall.json` beside its own files: its wall time, the kernels' instruction set, the
   bench session, the prompts' digest, and the machine (CPU model, cores, commit).
+- In a suite with `transcripts = n`, each run also keeps `transcripts.jsonl`: what every agent said on
+  the first n held-out levels, written by `atgrpo-eval --transcripts` (the one transcript writer) on
+  the run's final checkpoint with the run's own config, greedy, as its evaluations decode. A finished
+  run without the file gets it when the suite is next run (not under `--no-run`, which starts nothing).
 - Results: `<out>/<suite>/results.json` (the stored format of `results.py`: per arm and seed the
   curve, final, gain, late, steps, RL minutes, CPU model and core count, commit, resolved config
   digest and bench session; copy it to docs/results/ to publish a table), `summary.json`,
@@ -23,7 +27,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +39,7 @@ from atgrpo.bench.learning.plot import Curve, plot_suite
 from atgrpo.bench.learning.report import report
 from atgrpo.bench.learning.runs import check_same_run, command, prompts_digest, report_dir, run_dir, variant_overrides
 from atgrpo.bench.learning.suites import CONFIGS, Suite
+from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 from atgrpo.metrics import read_metrics
 
@@ -151,7 +158,7 @@ def run_env(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def run_one(cmd: list[str], out_dir: Path, timeout_s: float, session: str = "") -> None:
+def run_one(cmd: list[str], out_dir: Path, timeout_s: float, session: str = "", task_pack: Path = CONFIGS) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = run_env(os.environ)
     t0 = time.monotonic()
@@ -164,10 +171,40 @@ def run_one(cmd: list[str], out_dir: Path, timeout_s: float, session: str = "") 
         "wall_s": time.monotonic() - t0,
         "cpu_isa": isa,
         "session": session,
-        "prompts_digest": prompts_digest(),
+        "prompts_digest": prompts_digest(task_pack),
         **machine(),
     }
     (out_dir / "wall.json").write_text(json.dumps(wall))
+
+
+TRANSCRIPTS = "transcripts.jsonl"
+"""A run's transcripts of held-out episodes (`atgrpo.cli.transcripts`' records), beside its eval.json."""
+
+
+def transcripts_args(out_dir: Path, episodes: int) -> list[str]:
+    """`atgrpo-eval`'s arguments that write `out_dir`'s transcripts: the run's own config.toml, each role's
+    policy as the run's final checkpoint holds it, the first `episodes` held-out levels."""
+    cfg = load_config(out_dir / "config.toml")
+    latest = out_dir / "checkpoints" / "latest"  # every run checkpoints its last step, step 0 included
+    args = [str(out_dir / "config.toml"), "--seeds", str(episodes), "--transcripts", str(out_dir / TRANSCRIPTS)]
+    for role, policy in cfg.role_policy.items():
+        args += ["--role-model", f"{role}={latest / policy / 'model'}"]
+    return args
+
+
+def keep_transcripts(out_dir: Path, episodes: int, timeout_s: float) -> None:
+    """Write `out_dir/transcripts.jsonl` (`transcripts_args`), its output appended to the run's bench.log."""
+    exe = shutil.which("atgrpo-eval")
+    cmd = [exe] if exe else [sys.executable, "-m", "atgrpo.cli.eval"]
+    cmd += transcripts_args(out_dir, episodes)
+    with open(out_dir / "bench.log", "ab") as log:
+        done = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env(os.environ), timeout=timeout_s, check=False
+        )
+    if done.returncode != 0 or not (out_dir / TRANSCRIPTS).is_file():
+        raise LearningSuiteError(
+            f"transcripts of {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}"
+        )
 
 
 def run_suite(
@@ -202,10 +239,13 @@ def run_suite(
             if not (folder / "eval.json").exists():
                 cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
-                run_one(cmd, folder, timeout_s, session)
+                run_one(cmd, folder, timeout_s, session, suite.configs)
             else:
                 check_same_run(folder, suite, arm, seed, steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
+            if suite.transcripts and run_missing and not (folder / TRANSCRIPTS).is_file():
+                print(f"[{suite.name}] {arm.name} seed {seed}: transcripts of {suite.transcripts} held-out episodes")
+                keep_transcripts(folder, suite.transcripts, timeout_s)
             results.setdefault(arm.name, {})[seed] = read_run(folder)
     if not results:
         raise LearningSuiteError(

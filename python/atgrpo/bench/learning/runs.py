@@ -34,10 +34,10 @@ def _digest(parts: list[str]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
 
 
-def prompts_digest() -> str:
-    """Digest of every prompt template file of the suites' task (path and bytes): a run's prompts
+def prompts_digest(task_pack: Path = CONFIGS) -> str:
+    """Digest of every prompt template file of a suite's task pack (path and bytes): a run's prompts
     are part of what makes it, as its config is."""
-    root = CONFIGS / "prompts"
+    root = task_pack / "prompts"
     h = hashlib.sha256()
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
@@ -69,7 +69,7 @@ def run_dir(
     if arm.shared is None:
         return out / suite.name / f"{arm.name}{variant(suite, steps, extra)}" / f"seed{seed}"
     what = [arm.config or "", *run_sets(suite, arm, -1, Path("OUT"), steps, list(extra or []))]  # any seed: one folder
-    what.append(f"prompts={prompts_digest()}")
+    what.append(f"prompts={prompts_digest(suite.configs)}")
     return out / "shared" / f"{arm.shared}-{_digest(what)}" / f"seed{seed}"
 
 
@@ -81,7 +81,7 @@ def report_dir(out: Path, suite: Suite, steps: int | None = None, extra: list[st
 
 def run_sets(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None, extra: list[str]) -> list[str]:
     """The `--set` overrides of one run, in order (a later one of the same key wins)."""
-    sets = [f"run.out_dir={json.dumps(str(out_dir))}", f"run.seed={seed}", "metrics.tensorboard=false"]
+    sets = [*arm.base_sets, f"run.out_dir={json.dumps(str(out_dir))}", f"run.seed={seed}", "metrics.tensorboard=false"]
     if suite.model_seed:
         sets += [f"policies.{p}.tiny.seed={seed}" for p in arm.policies]
     sets += suite.sets
@@ -97,8 +97,9 @@ def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None,
     """The `atgrpo-train` command line of one run (printed, and run as is)."""
     exe = shutil.which("atgrpo-train")
     cmd = [exe] if exe else [sys.executable, "-m", "atgrpo.cli.train"]
-    if arm.config is not None:
-        cmd.append(str(CONFIGS / arm.config))
+    config = suite.config_file(arm)
+    if config is not None:
+        cmd.append(str(config))
     for s in run_sets(suite, arm, seed, out_dir, steps, extra):
         cmd += ["--set", s]
     return cmd
@@ -114,7 +115,7 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
     made = folder / "config.toml"
     if not made.is_file():
         raise LearningSuiteError(f"{folder} has eval.json but no config.toml: which config made it is unknown")
-    config = str(CONFIGS / arm.config) if arm.config is not None else None
+    config = suite.config_file(arm)
     today = load_config(config, run_sets(suite, arm, seed, folder.resolve(), steps, extra))
     try:
         then = load_config(made)
@@ -125,8 +126,8 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
     changed = [k for k in config_changes(then, today) if k != "run.out_dir"]
     wall = folder / "wall.json"
     made_with = json.loads(wall.read_text()).get("prompts_digest") if wall.is_file() else None
-    if made_with is not None and made_with != prompts_digest():
-        changed.append(f"the prompt templates ({CONFIGS / 'prompts'})")
+    if made_with is not None and made_with != prompts_digest(suite.configs):
+        changed.append(f"the prompt templates ({suite.configs / 'prompts'})")
     if changed:
         raise LearningSuiteError(
             f"{folder} holds a run made with another config than `{arm.name}` makes today ({', '.join(changed)} "

@@ -10,6 +10,9 @@ Invariants:
   seed fixes the initialisation the arms are paired on; a pretrained model's weights are its own.
 - An arm with a `shared` key is the same run in every suite that has it (same config, same
   overrides): its runs are made once and read back by the others.
+- A suite's config files and the prompt templates its runs read are one task pack's,
+  `envs/<task_pack>/` (Plan-Path unless it says otherwise).
+- A prompt-only arm (`run.steps=0`) trains nothing: it is the warm-started model, evaluated.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[4] / "envs" / "planpath"
-"""The shipped configs (the arms' `config` files), found from the source tree as the prompts are."""
+ENVS = Path(__file__).resolve().parents[4] / "envs"
+"""The task packs, found from the source tree as the prompts are."""
+CONFIGS = ENVS / "planpath"
+"""The shipped Plan-Path configs: the `config` files of every suite whose `task_pack` is planpath."""
 STORED = Path(__file__).resolve().parents[4] / "docs" / "results"
 """The published tables' data (`atgrpo-bench learning report`)."""
 
@@ -29,13 +34,21 @@ class Arm:
     sets: tuple[str, ...] = ()
     """`--set` overrides of this arm (beside the suite's and the run's own)."""
     config: str | None = None
-    """A config file under `envs/planpath/`; None: the built-in defaults (the demo, `train.toml`)."""
+    """A config file under the suite's `envs/<task_pack>/`; None: the built-in defaults (the demo, `train.toml`)."""
     doc: str = ""
     shared: str | None = None
     """Runs of this arm are the same runs as every other arm with this key (same config, same
     overrides): they live in `<out>/shared/<key>-<digest>/seed<s>/` and are run once for all suites."""
     policies: tuple[str, ...] = ("shared",)
     """The arm's policies; in a suite with `model_seed`, each built model's `tiny.seed` is the run's seed."""
+    base_sets: tuple[str, ...] = ()
+    """Overrides that go before the run's own (its seed): a whole-table replacement such as
+    `policies={...}`, which would otherwise wipe the `policies.<p>.tiny.seed` set before it."""
+
+    @property
+    def prompt_only(self) -> bool:
+        """It trains nothing (`run.steps=0`): the warm-started model, evaluated."""
+        return PROMPT_ONLY[0] in self.sets
 
 
 @dataclass(frozen=True)
@@ -52,9 +65,94 @@ class Suite:
     model_seed: bool = True
     """The seed also changes each built policy's `tiny.seed` (False for a pretrained model)."""
     doc: str = ""
+    task_pack: str = "planpath"
+    """The folder under `envs/` that holds the arms' config files and the prompt templates the runs read."""
+    transcripts: int = 0
+    """Each run also keeps the transcripts of this many held-out episodes (`transcripts.jsonl`, greedy,
+    the first levels of its evaluation), made from its final checkpoint; 0: none."""
+
+    @property
+    def configs(self) -> Path:
+        return ENVS / self.task_pack
+
+    def config_file(self, arm: Arm) -> Path | None:
+        """The arm's config file; None: the built-in defaults."""
+        return self.configs / arm.config if arm.config is not None else None
 
 
+PROMPT_ONLY = ("run.steps=0",)
+"""The prompt-only arms' override: no RL step, so the start and end evaluations are the warm-started model."""
 SA = ('task.roles=["plan"]',)
+"""The paper's single agent: the planner alone, answering the level itself with no tool."""
+PROGRAM = "train_program.toml"
+"""Program mode's shipped config of each task pack: the tool agent writes a program, the sandbox runs
+it, the planner answers from its output (issue 47)."""
+GRPO = ('rollout.sampling="parallel"', 'rollout.grouping="trajectory"')
+"""Plain GRPO: K parallel episodes per env, one group per env (the paper's "+GRPO" and trajectory rows)."""
+ONE_POLICY_PER_ROLE = (
+    # The whole table: the program config's `shared` policy would otherwise stay beside the two, and
+    # each keeps the config's own policy settings (program tokenizer, 1024 positions, its lr).
+    "policies={"
+    + ",".join(
+        f'{role}={{lr=2e-4,lr_schedule="linear",tiny={{tokenizer="program",max_positions=1024}}}}'
+        for role in ("tool", "plan")
+    )
+    + "}",
+)
+
+
+def paper_arms(full: bool) -> tuple[Arm, ...]:
+    """The paper's table in program mode, on the task pack's program config. `full` (Plan-Path): also
+    trajectory groups, one policy per role and the grouping ablation's agent-only and turn-only rows;
+    else the four rows Sudoku keeps, to save machine hours."""
+    arms = [
+        Arm("sa_prompt", (*SA, *PROMPT_ONLY), PROGRAM, doc="the planner alone, warm-started, no RL"),
+        Arm("sa_grpo", (*SA, *GRPO), PROGRAM, doc="the planner alone + GRPO (parallel, trajectory groups)"),
+        Arm("mas_prompt", PROMPT_ONLY, PROGRAM, doc="program-writing tool + planner, warm-started, no RL"),
+    ]
+    if full:
+        arms.append(Arm("mas_trajectory", GRPO, PROGRAM, doc="tool + planner, parallel sampling, trajectory groups"))
+    arms.append(Arm("mas_atgrpo", (), PROGRAM, doc="tool + planner, AT-GRPO: tree sampling, (env, agent, turn) groups"))
+    if full:
+        arms += [
+            Arm(
+                "mas_atgrpo_roles",
+                ('role_policy={tool="tool",plan="plan"}',),
+                PROGRAM,
+                policies=("tool", "plan"),
+                base_sets=ONE_POLICY_PER_ROLE,
+                doc="tool + planner, one policy per role (each warm-started on its own role's demos), AT-GRPO",
+            ),
+            Arm("mas_agent", ('rollout.grouping="agent"',), PROGRAM, doc="AT-GRPO with agent-only groups (env, agent)"),
+            Arm("mas_turn", ('rollout.grouping="turn"',), PROGRAM, doc="AT-GRPO with turn-only groups (env, turn)"),
+        ]
+    return tuple(arms)
+
+
+PAPER_SUITES = (
+    Suite(
+        "paper_planpath",
+        paper_arms(full=True),
+        reference="mas_atgrpo",
+        steps=200,
+        transcripts=20,
+        doc="the paper's table on program-mode Plan-Path, the CPU demo's 6x6 grid (not the paper's 10x10). "
+        "Paper, Qwen3-1.7B: SA 5%, SA+GRPO 11%, MAS 10%, MAS+AT-GRPO 96%; "
+        "grouping: trajectory 11, turn-only 52, agent-only 74, both 96",
+    ),
+    Suite(
+        "paper_sudoku",
+        paper_arms(full=False),
+        reference="mas_atgrpo",
+        steps=200,
+        task_pack="sudoku",
+        transcripts=20,
+        doc="the paper's table on program-mode 4x4 Sudoku. Paper, Qwen3-1.7B: SA 7%, SA+GRPO 29%, "
+        "MAS 69%, MAS+AT-GRPO 99%",
+    ),
+)
+"""Issue 47's suites: the paper's headline table, with the tool agent writing programs (docs/learning.md)."""
+
 SUITES = {
     s.name: s
     for s in (
@@ -67,7 +165,7 @@ SUITES = {
                     doc="one role (plan), K parallel episodes, trajectory groups: single agent + GRPO",
                 ),
                 Arm("sa_atgrpo", SA, doc="one role (plan), tree sampling, (env, agent, turn) groups"),
-                Arm("mas_prompt", ("run.steps=0",), doc="tool + plan, the warm-started model evaluated with no RL"),
+                Arm("mas_prompt", PROMPT_ONLY, doc="tool + plan, the warm-started model evaluated with no RL"),
                 Arm(
                     "mas_trajectory",
                     (),
@@ -163,5 +261,6 @@ SUITES = {
                 'policies.shared.lr_schedule="constant"',
             ),
         ),
+        *PAPER_SUITES,
     )
 }
