@@ -244,7 +244,10 @@ def run_suite(
                 check_same_run(folder, suite, arm, seed, steps, list(extra or []))
                 print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
             if suite.transcripts and run_missing and not (folder / TRANSCRIPTS).is_file():
-                print(f"[{suite.name}] {arm.name} seed {seed}: transcripts of {suite.transcripts} held-out episodes")
+                print(
+                    f"[{suite.name}] {arm.name} seed {seed}: transcripts of {suite.transcripts} held-out episodes",
+                    flush=True,
+                )
                 keep_transcripts(folder, suite.transcripts, timeout_s)
             results.setdefault(arm.name, {})[seed] = read_run(folder)
     if not results:
