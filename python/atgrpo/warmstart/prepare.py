@@ -79,10 +79,10 @@ def _prepare_folder(cfg: RunConfig, p: str, progress: Progress | None, device: t
         )
     elif ws.steps:
         torch.manual_seed(cfg.run.seed)
-        with _demo_source(cfg, p, tok) as source:
+        with _demo_source(cfg, p, tok) as demo_batches:
             warm_start(
                 model,
-                source,
+                demo_batches,
                 pad_id=tok.pad_token_id,
                 steps=ws.steps,
                 lr=ws.lr,
@@ -142,10 +142,10 @@ def train_adapters(
         adapter.activate()
         # As a full policy's warm start, whichever policies came before.
         torch.manual_seed(cfg.run.seed)
-        with _demo_source(cfg, p, tok) as source:
+        with _demo_source(cfg, p, tok) as demo_batches:
             losses[p] = warm_start(
                 model,
-                source,
+                demo_batches,
                 pad_id=tok.pad_token_id,
                 steps=ws.steps,
                 lr=ws.lr,
