@@ -156,6 +156,10 @@ class SandboxConfig(BaseModel):
     """Where private working directories are made (default: the system temp dir)."""
     unsafe_no_isolation: bool = False
     """Benchmark reference only: the same spawn and harness with no isolation at all."""
+    stdio_zygote: bool = True
+    """Stdio programs (e.g. printing programs) fork their harness from the worker's zygote, as
+    function programs do, instead of starting an interpreter each (`False`: the old path, kept as a
+    reference for the benchmark and the tests). Same isolation either way (docs/sandbox.md)."""
 
     def to_core_json(self) -> str:
         """The JSON the Rust side reads, with `python` and the interpreter's prefixes filled in."""
@@ -182,8 +186,9 @@ class Isolation:
     capabilities_dropped: bool
     rlimits: bool
     zygote: bool
-    """Function programs fork from a per-worker interpreter started ahead inside the sandbox
-    (false: two interpreter starts per program, where the zygote failed its self-test)."""
+    """Function programs (and stdio programs, with `stdio_zygote`) fork from a per-worker
+    interpreter started ahead inside the sandbox (false: every start spawns its interpreters, two
+    per function program, where the zygote failed its self-test)."""
     missing: tuple[str, ...]
     """Layers this machine could not give: "namespaces", "landlock" (none at all), each Landlock
     layer an older ABI lacks ("landlock_truncate" < 3, "landlock_tcp" < 4, "landlock_ioctl_dev" < 5,

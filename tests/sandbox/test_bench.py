@@ -30,6 +30,7 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
         "function program latency, 1 worker",
         "stdio program latency, 1 worker",
         "function programs/s, concurrency 2",
+        "printing program latency, 1 worker",
     }
     for name, row in rows.items():
         value, ref = row["value"], row["reference_value"]
@@ -58,5 +59,11 @@ def test_bench_sandbox_writes_latency_and_throughput_rows(tmp_path: Path) -> Non
     # Targets: met or not is what the numbers say (never a wall-clock pass/fail in the test).
     latency = rows["execution latency, 1 worker"]
     assert latency["target_met"] == (latency["extra"]["overhead_ms"] <= 2.0)
+    # Printing programs: the zygote path against the old one, the saving the measured difference.
+    printing = rows["printing program latency, 1 worker"]
+    assert "stdio_zygote=False" in printing["reference_name"], printing
+    assert math.isclose(
+        printing["extra"]["saved_ms"], printing["reference_value"] - printing["value"], rel_tol=1e-9, abs_tol=1e-9
+    )
     rate = rows["function programs/s, concurrency 2"]
     assert rate["target_met"] == (rate["value"] >= 0.9 * rate["reference_value"])

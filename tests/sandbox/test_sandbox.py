@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -202,8 +203,9 @@ def test_require_landlock_is_honoured_by_the_core() -> None:
         sb.close()
 
 
-def test_private_directories_are_removed(tmp_path: Path) -> None:
-    with make("namespaces", tmp_root=str(tmp_path)) as sb:
+@pytest.mark.parametrize("stdio_zygote", [True, False])
+def test_private_directories_are_removed(tmp_path: Path, stdio_zygote: bool) -> None:
+    with make("namespaces", tmp_root=str(tmp_path), stdio_zygote=stdio_zygote) as sb:
         r = sb.run(
             stdio_program(
                 "open('big', 'wb').write(b'x' * 100000)\nimport os\nos.makedirs('a/b/c')\nos.chmod('a', 0)",
@@ -212,7 +214,15 @@ def test_private_directories_are_removed(tmp_path: Path) -> None:
         )
         assert r.passed, r.tests
         assert len(list(tmp_path.iterdir())) == 1  # the sandbox's work root, private dirs already gone
-        assert not any(p.name.startswith("w") for p in next(tmp_path.iterdir()).iterdir())
+        left = list(next(tmp_path.iterdir()).iterdir())
+        if stdio_zygote:
+            # The worker's zygote directory stays while the sandbox lives, holding only the program
+            # directory, made anew and empty: what the program wrote is gone.
+            assert len(left) == 1 and re.fullmatch(r"w\d+-z\d+", left[0].name), left  # the worker that ran it
+            assert [q.name for q in left[0].iterdir()] == ["p"], list(left[0].iterdir())
+            assert list((left[0] / "p").iterdir()) == []
+        else:
+            assert not any(p.name.startswith("w") for p in left)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,5 +1,5 @@
-"""The per-worker zygote (rust/sandbox/src/zygote.rs): nothing a function program does reaches the
-next program run by the same worker (memory, module state, environment, files, leftover processes,
+"""The per-worker zygote (rust/sandbox/src/zygote.rs): nothing a function or stdio program does reaches
+the next program run by the same worker (memory, module state, environment, files, leftover processes,
 the zygote itself), on both isolation paths. One worker, so consecutive programs share a zygote."""
 
 from __future__ import annotations
@@ -161,12 +161,81 @@ def test_the_zygote_itself_is_out_of_reach(one: Sandbox) -> None:
     assert zygotes() == before  # the same zygote, not a replacement
 
 
-def test_stdio_programs_still_start_their_own_interpreter(one: Sandbox) -> None:
+# Stdio programs (printing programs) fork their harness from the zygote too (`stdio_zygote`, the
+# default): the same attacks, from a stdio program, reach neither the next stdio program nor the
+# next function program. The probe prints whether it saw a leak.
+STDIO_ATTACKS = {
+    "memory": (
+        "import ctypes, sys\nctypes.c_uint32.from_address(id(7) + int.__basicsize__).value = 8\n",
+        "leak = repr(3 + 4) != '7'\n",
+    ),
+    "module state": (
+        "import os, sys, json\nos.marker = 1\njson.dumps = None\nsys.path.append('/leak')\nsys.modules['leak'] = os\n",
+        "import os, sys, json\nleak = any([hasattr(os, 'marker'), json.dumps is None, '/leak' in sys.path, 'leak' in sys.modules])\n",
+    ),
+    "environment": (
+        "import os\nos.environ['LEAK'] = '1'\nos.putenv('LEAK2', '1')\nos.chdir('/')\n",
+        "import os\nleak = [k for k in ('LEAK', 'LEAK2') if os.getenv(k)] + ([os.getcwd()] if os.getcwd() == '/' else [])\n",
+    ),
+    "files": (
+        "import os\nopen('here', 'w').write('x')\nopen(os.environ['TMPDIR'] + '/tmp', 'w').write('x')\nos.chmod('.', 0o500)\n",
+        "import os\nleak = os.listdir('.')\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(STDIO_ATTACKS))
+def test_a_stdio_program_reaches_neither_the_next_stdio_nor_function_program(one: Sandbox, attack: str) -> None:
     from atgrpo.sandbox import stdio_program
 
+    code, probe = STDIO_ATTACKS[attack]
+    show = "print(bool(leak))\n"
+    r = one.run(stdio_program(code + "\n" + probe + show, [("", None)]))
+    assert r.tests[0].stdout == b"True\n", (attack, r.tests)  # the probe sees the attack within one program
+    one.run(stdio_program(code, [("", None)]))
+    r = one.run(stdio_program(probe + show, [("", None)]))
+    assert r.tests[0].stdout == b"False\n", (attack, r.tests)
+    one.run(stdio_program(code, [("", None)]))
+    r = one.run(function_program(probe, ["assert not leak, leak"]))
+    assert r.verdicts == ["passed"], (attack, r.tests)
+
+
+def test_the_zygote_is_out_of_reach_of_stdio_programs(one: Sandbox) -> None:
+    from atgrpo.sandbox import stdio_program
+
+    assert_still_works(one)
+    before = zygotes()
+    attack = (
+        "import os, signal\n"
+        "for target in (os.getppid(), 1, -1, 0):\n"
+        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+        "        try:\n"
+        "            os.kill(target, sig)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "for path in (f'/proc/{os.getppid()}/mem', '/proc/1/mem', f'/proc/{os.getppid()}/environ'):\n"
+        "    try:\n"
+        "        print(path, len(open(path, 'rb').read(16)))\n"
+        "    except OSError as e:\n"
+        "        print(path, type(e).__name__)\n"
+    )
+    r = one.run(stdio_program(attack, [("", None)]))
+    assert r.verdicts[0] in ("passed", "runtime_error"), r.tests
+    assert b" 16" not in r.tests[0].stdout, r.tests
+    time.sleep(0.1)
+    assert_still_works(one)
+    assert one.run(stdio_program("print('ok')", [("", "ok")])).verdicts == ["passed"]
+    assert zygotes() == before  # the same zygote, not a replacement
+
+
+def test_stdio_programs_fork_from_the_zygote(one: Sandbox) -> None:
+    from atgrpo.sandbox import stdio_program
+
+    before = zygotes()
     r = one.run(
         stdio_program(
             "import sys\nprint(sys.modules['__main__'].__name__, len(input()))\n", [("abc\n", "__main__ 3\n")]
         )
     )
     assert r.verdicts == ["passed"], r.tests
+    assert zygotes() == before  # no interpreter of its own stays; the zygote served it

@@ -16,7 +16,11 @@ Rows:
   same program and its assert (`subprocess`, no harness, no second process), which is what any
   design must approach. Function programs: latency on 1 worker (target: within +2 ms of it) and
   executions/s at concurrency 2 (target: at least 0.9x of it); a stdio program's latency for
-  comparison (same reference: one interpreter reading stdin).
+  comparison (same reference: one interpreter reading stdin);
+- printing programs (issue 47 part 3: a tool agent's program with no input whose stdout is the
+  answer) through the zygote (`stdio_zygote`, the default) against the old path, an interpreter
+  started per program (`stdio_zygote=False`), same isolation, 1 worker each, samples interleaved;
+  the ratio is the speed-up.
 """
 
 from __future__ import annotations
@@ -40,6 +44,60 @@ SINGLE = "one plain python -I -S (program + assert)"
 SINGLE_STDIO = "one plain python -I -S (program + stdin)"
 PROGRAM_CODE = "def f(x):\n    return x + 1\n"
 PROGRAM_TEST = "assert f(1) == 2"
+
+
+OLD_PRINTING = "same isolation, own interpreter per program (stdio_zygote=False)"
+# A tool agent's kind of program: a BFS over a level it carries, printing the moves.
+PRINTING_CODE = (
+    "from collections import deque\n"
+    "grid = ['S..#..', '.#....', '.#.##.', '...#..', '##...#', '....#G']\n"
+    "goal = (5, 5)\n"
+    "seen, q = {(0, 0): ''}, deque([(0, 0)])\n"
+    "while q:\n"
+    "    r, c = q.popleft()\n"
+    "    for m, (dr, dc) in zip('UDLR', ((-1, 0), (1, 0), (0, -1), (0, 1))):\n"
+    "        n = (r + dr, c + dc)\n"
+    "        if 0 <= n[0] < 6 and 0 <= n[1] < 6 and grid[n[0]][n[1]] != '#' and n not in seen:\n"
+    "            seen[n] = seen[(r, c)] + m\n"
+    "            q.append(n)\n"
+    "print(' '.join(seen.get(goal, '')))\n"
+)
+
+
+def _printing_program() -> Program:
+    return stdio_program(PRINTING_CODE, [("", None)])
+
+
+def _printing_row(samples: int) -> BenchRow:
+    """Printing programs through the zygote against one interpreter started per program."""
+    with _pool(1, True) as new, _pool(1, True, stdio_zygote=False) as old:
+        program = _printing_program()
+        for sb in (new, old):
+            for _ in range(3):
+                sb.run(program)
+        times: dict[int, list[float]] = {id(new): [], id(old): []}
+        outputs = set()
+        for _ in range(samples):
+            for sb in (new, old):
+                start = time.perf_counter()
+                result = sb.run(program)
+                times[id(sb)].append(time.perf_counter() - start)
+                if not result.passed:
+                    raise AssertionError(f"benchmark program failed: {result.tests}")
+                outputs.add(result.tests[0].stdout)
+        if len(outputs) != 1:
+            raise AssertionError(f"the two paths printed different outputs: {outputs}")
+        new_s, old_s = statistics.median(times[id(new)]), statistics.median(times[id(old)])
+    return BenchRow(
+        SUITE,
+        "printing program latency, 1 worker",
+        new_s * 1e3,
+        "ms",
+        OLD_PRINTING,
+        old_s * 1e3,
+        higher_is_better=False,
+        extra={"saved_ms": (old_s - new_s) * 1e3},
+    )
 
 
 def _program() -> Program:
@@ -142,12 +200,18 @@ def _single_rows(samples: int, batch: int, repeats: int) -> list[BenchRow]:
     return rows
 
 
-def _pool(workers: int, isolated: bool) -> Sandbox:
+def _pool(workers: int, isolated: bool, stdio_zygote: bool = True) -> Sandbox:
     # Generous limits: this measures speed, and a load burst on a shared machine must not end the
     # run with a 5 s timeout verdict (the reference, a bare subprocess, has no limit at all).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SandboxIsolationWarning)
-        return Sandbox(workers=workers, unsafe_no_isolation=not isolated, timeout_s=60.0, program_timeout_s=120.0)
+        return Sandbox(
+            workers=workers,
+            unsafe_no_isolation=not isolated,
+            timeout_s=60.0,
+            program_timeout_s=120.0,
+            stdio_zygote=stdio_zygote,
+        )
 
 
 def _latencies(isolated: Sandbox, plain: Sandbox, samples: int) -> tuple[float, float]:
@@ -246,4 +310,5 @@ def run(quick: bool) -> list[BenchRow]:
             )
         )
     rows.extend(_single_rows(samples, batch, repeats))
+    rows.append(_printing_row(samples))
     return rows

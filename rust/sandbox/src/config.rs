@@ -52,6 +52,10 @@ pub struct SandboxConfig {
     pub tmp_root: Option<String>,
     /// Benchmark reference only: spawn the interpreter the same way with no isolation at all.
     pub unsafe_no_isolation: bool,
+    /// Stdio programs fork their harness from the worker's zygote, as function programs do (where
+    /// the zygote passed its self-test); `false`: each start spawns its own interpreter (the path
+    /// before issue 47, kept as the benchmark's and the tests' reference).
+    pub stdio_zygote: bool,
 }
 
 impl Default for SandboxConfig {
@@ -74,6 +78,7 @@ impl Default for SandboxConfig {
             read_paths: Vec::new(),
             tmp_root: None,
             unsafe_no_isolation: false,
+            stdio_zygote: true,
         }
     }
 }

@@ -8,8 +8,9 @@
 //!         harness.py <-> protocol  every test of the start in one checker, results on fd 4
 //!         candidate.py             function mode: the program in its own process, called by the
 //!                                  checker over a pipe pair, answering in plain data (codec.py)
-//!         zygote.rs / zygote.py    function mode, isolated: both processes are forks of the
-//!                                  worker's zygote, an interpreter started ahead in the sandbox
+//!         zygote.rs / zygote.py    isolated: a start's processes (function mode: both; stdio
+//!                                  mode: the harness) are forks of the worker's zygote, an
+//!                                  interpreter started ahead in the sandbox
 //! ```
 //!
 //! Isolation layers (see `pool::IsolationReport` for what a given machine got): per-execution

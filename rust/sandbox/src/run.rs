@@ -9,8 +9,9 @@
 //! `max_starts` starts and `program_timeout_s`; tests left over are `skipped`. A program that fails
 //! before it has loaded (syntax error, loop at module level) fails every remaining test at once.
 //!
-//! Function mode with isolation forks both processes from the worker's zygote (`zygote.rs`) instead
-//! of starting two interpreters; stdio mode, and the unisolated reference, spawn as before.
+//! With isolation, function mode forks both processes from the worker's zygote (`zygote.rs`) instead
+//! of starting two interpreters, and stdio mode forks its one harness from it (unless
+//! `stdio_zygote` is off); the unisolated reference spawns as before.
 //!
 //! Kill: SIGKILL through the pidfd. With namespaces the process is its pid namespace's init, so the
 //! kernel kills every process it left (detached grandchildren included) before the wait returns.
@@ -97,7 +98,8 @@ impl Worker<'_> {
         let mut results: Vec<Option<TestResult>> = vec![None; n];
         let mut starts = 0;
         let mut skip_reason = "not run: the program's interpreter starts were used up";
-        let zygote = matches!(program, Program::Function { .. }) && self.ensure_zygote();
+        let zygote =
+            (matches!(program, Program::Function { .. }) || self.shared.cfg.stdio_zygote) && self.ensure_zygote();
         let made = if zygote {
             Ok(self.zygote.as_ref().map(|z| z.run_dir.clone()).unwrap_or_default())
         } else {
@@ -246,14 +248,20 @@ impl Worker<'_> {
         }
         let zygote = if use_zygote { self.zygote.as_ref() } else { None };
         if zygote.is_some() {
-            // One count for the zygote's user namespace (see `zygote.rs`).
+            // One count for the zygote's user namespace (see `zygote.rs`); a stdio start adds only
+            // the zygote itself to the processes a spawned harness would have counted.
             rlimits.retain(|&(r, _)| r != libc::RLIMIT_NPROC);
             if namespaced {
-                rlimits.push((libc::RLIMIT_NPROC, cfg.max_processes + 3));
+                let extra = if mode == Mode::Function { 3 } else { 1 };
+                rlimits.push((libc::RLIMIT_NPROC, cfg.max_processes + extra));
             }
         }
+        // A spawned start's fence; a stdio start forked from the zygote adds it to the zygote's
+        // (whose writable directory is the one around `workdir`), so it may write in `workdir` only.
         let ruleset = match &shared.fence {
-            Some(fence) if zygote.is_none() && !matches!(shared.isolation, Isolation::None) => {
+            Some(fence)
+                if (zygote.is_none() || mode == Mode::Stdio) && !matches!(shared.isolation, Isolation::None) =>
+            {
                 match fence.ruleset(workdir) {
                     Ok(fd) => Some(fd),
                     Err(e) => return fail_all(results, format!("landlock ruleset: {e}")),
@@ -307,6 +315,14 @@ impl Worker<'_> {
                 ];
                 match z.fork_pair(&program, &checker, limits) {
                     Ok(pair) => pair.map(|(pidfd, pid)| Some(Proc::Forked { pidfd, pid, info: Cell::new(None) })),
+                    Err(e) => return fail_all(results, format!("zygote: {e}")),
+                }
+            }
+            // Stdio mode: the harness alone, which runs the program in itself as a spawned one does.
+            (Some(z), None) => {
+                let harness = [std3[0], std3[1], std3[2], ctl_r.as_raw_fd(), res_w.as_raw_fd()];
+                match z.fork_one(&harness, landlock, limits) {
+                    Ok((pidfd, pid)) => [None, Some(Proc::Forked { pidfd, pid, info: Cell::new(None) })],
                     Err(e) => return fail_all(results, format!("zygote: {e}")),
                 }
             }

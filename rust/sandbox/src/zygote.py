@@ -6,6 +6,11 @@
 # socket to the host; one request, one reply:
 #   B split:u8 n:u8 (resource:u32 value:u64)*n, in SCM_RIGHTS the program process's fds then the
 #     checker's -> Q pid:i32 pid:i32 + their two pidfds (the program's process is forked first)
+#   S fence:u8 n:u8 (resource:u32 value:u64)*n, in SCM_RIGHTS the harness's five fds and, if fence
+#     is 1, a Landlock ruleset whose only writable directory is run_dir -> Q pid:i32 + its pidfd (a
+#     stdio start: one process, the harness, which runs the program in itself; the child stacks the
+#     ruleset on the zygote's, so it may write in run_dir only, as a spawned harness in its own
+#     directory, and not in the zygote's directory around it)
 #   W pid:i32 -> X code:i32 signal:i32 cpu_us:u64 (the child is reaped here; the host killed it)
 #   E pid:i32* -> e (code signal cpu_us)* (W for each, then C: the end of a start in one round trip)
 #   C -> c (every process but this one is killed and reaped)
@@ -58,8 +63,9 @@ def _atgrpo_zygote():
         signal.signal(sig, signal.SIG_DFL)
     children = set()
 
-    def child(which, limits, fds):
-        """In the forked child: become a fresh start's process, then run its code. Never returns."""
+    def child(which, limits, fds, fence=False):
+        """In the forked child: become a fresh start's process, then run its code. Never returns.
+        `fence`: the last of `fds` is a Landlock ruleset to add before anything else runs."""
         try:
             os.setsid()
             sock.detach()  # the object must not own (or later close) whatever lands on fd 4
@@ -68,6 +74,12 @@ def _atgrpo_zygote():
                 os.dup2(fd, i, inheritable=True)
             os.closerange(len(fds), 1 << 20)
             os.chdir(run_dir)
+            if fence:
+                ruleset = len(fds) - 1
+                # landlock_restrict_self(ruleset, 0): 446 on every architecture
+                if libc.syscall(ctypes.c_long(446), ctypes.c_int(ruleset), ctypes.c_uint(0)) != 0:
+                    os._exit(76)
+                os.close(ruleset)
             for res, value in limits:
                 hard = value + 1 if res == resource.RLIMIT_CPU else value
                 resource.setrlimit(res, (value, hard))
@@ -163,6 +175,20 @@ def _atgrpo_zygote():
             socket.send_fds(sock, [b"Q" + b"".join(p.to_bytes(4, "little", signed=True) for p in pids)], pidfds)
             for fd in pidfds:
                 os.close(fd)
+        elif kind == b"S":
+            fence, n = msg[1], msg[2]
+            if len(fds) != 5 + fence:  # a stdio harness: stdin, stdout, stderr, control, results
+                os._exit(71)
+            limits = [struct.unpack_from("<IQ", msg, 3 + 12 * i) for i in range(n)]
+            pid = os.fork()
+            if pid == 0:
+                child(b"h", limits, fds, fence == 1)
+            children.add(pid)
+            for fd in fds:
+                os.close(fd)
+            pidfd = os.pidfd_open(pid)
+            socket.send_fds(sock, [b"Q" + pid.to_bytes(4, "little", signed=True)], [pidfd])
+            os.close(pidfd)
         elif kind == b"W":
             sock.send(b"X" + wait(int.from_bytes(msg[1:5], "little", signed=True)))
         elif kind == b"E":

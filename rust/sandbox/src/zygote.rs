@@ -1,7 +1,13 @@
 //! A zygote per worker: an interpreter started once, inside the sandbox, with the checker's and the
 //! program process's code already unmarshalled, that forks the two processes of each function-mode
-//! start (`zygote.py`). A fork of a warm interpreter costs a fraction of a millisecond; an
-//! interpreter start costs several.
+//! start and the one harness of each stdio start (`zygote.py`; `SandboxConfig::stdio_zygote`). A
+//! fork of a warm interpreter costs a fraction of a millisecond; an interpreter start costs several.
+//!
+//! A stdio program runs inside its harness, as in a spawned one; that child also stacks the
+//! start's own Landlock ruleset (writable: `run_dir` only, made per start because `wipe` makes
+//! `run_dir` anew) on the zygote's, so it cannot write in `dir` around its directory, as a spawned
+//! program cannot write beside its private directory (function programs' processes keep the
+//! zygote's ruleset alone and may write in `dir`, which is wiped all the same).
 //!
 //! The zygote is spawned like any execution (`spawn`: its own user, pid and ipc namespaces, where it
 //! is pid 1; Landlock with `dir` as its only writable directory; seccomp; the scrubbed environment;
@@ -226,6 +232,32 @@ impl Zygote {
                 let mut fds = fds.into_iter();
                 let pid = |i: usize| i32::from_le_bytes(r[1 + 4 * i..5 + 4 * i].try_into().unwrap());
                 Ok([(fds.next().unwrap(), pid(0)), (fds.next().unwrap(), pid(1))])
+            }
+            (r, _) => Err(format!("unexpected zygote reply {:?}", String::from_utf8_lossy(&r))),
+        }
+    }
+
+    /// Forks the harness of a stdio start (`stdio`: its fds 0..=4); its pidfd and pid. The program
+    /// runs inside that process, as it does in a spawned harness. `fence`: a Landlock ruleset whose
+    /// only writable directory is `run_dir` (made for this start: `wipe` makes `run_dir` anew),
+    /// which the child adds to the zygote's before any of its code runs.
+    pub fn fork_one(
+        &self,
+        stdio: &[RawFd],
+        fence: Option<RawFd>,
+        rlimits: &[(libc::__rlimit_resource_t, u64)],
+    ) -> Result<(OwnedFd, i32), String> {
+        let mut msg = vec![b'S', u8::from(fence.is_some()), rlimits.len() as u8];
+        for &(res, value) in rlimits {
+            let res: u32 = res;
+            msg.extend_from_slice(&res.to_le_bytes());
+            msg.extend_from_slice(&value.to_le_bytes());
+        }
+        self.send(&msg, &[stdio, fence.as_slice()].concat())?;
+        match self.recv_fds(1)? {
+            (r, fds) if r.len() == 5 && r[0] == b'Q' && fds.len() == 1 => {
+                let pid = i32::from_le_bytes(r[1..5].try_into().unwrap());
+                Ok((fds.into_iter().next().unwrap(), pid))
             }
             (r, _) => Err(format!("unexpected zygote reply {:?}", String::from_utf8_lossy(&r))),
         }

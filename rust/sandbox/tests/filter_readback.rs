@@ -202,10 +202,15 @@ fn read_filters(pid: i32, count: usize) -> Result<Vec<Vec<sock_filter>>, String>
     }
 }
 
-/// A program sleeping in a sandbox with the given `namespaces`, its report, the pids of its two
-/// filtered processes once every filter is in, and the number of filters each must hold. The
+/// A program sleeping in a sandbox with the given `namespaces`, its report, the pids of its
+/// filtered processes (function mode: two; `stdio`: the one harness the program runs in, forked
+/// from the zygote too) once every filter is in, and the number of filters each must hold. The
 /// caller checks what it likes, then joins the runner (the program must still pass).
-fn with_running_program(namespaces: bool, check: impl Fn(&atgrpo_sandbox::IsolationReport, &[i32], usize)) {
+fn with_running_program(
+    namespaces: bool,
+    stdio: bool,
+    check: impl Fn(&atgrpo_sandbox::IsolationReport, &[i32], usize),
+) {
     let cfg = SandboxConfig { workers: 1, timeout_s: 10.0, namespaces, ..Default::default() };
     let sandbox = std::sync::Arc::new(Sandbox::new(cfg).unwrap());
     let report = sandbox.isolation().clone();
@@ -213,10 +218,11 @@ fn with_running_program(namespaces: bool, check: impl Fn(&atgrpo_sandbox::Isolat
     assert!(report.zygote, "the zygote failed its self-test: {report:?}");
     let runner = {
         let sandbox = sandbox.clone();
-        let p = Program::Function {
-            code: "import time\ntime.sleep(3)\n".into(),
-            setup: String::new(),
-            tests: vec!["assert 1".into()],
+        let code = "import time\ntime.sleep(3)\n".to_string();
+        let p = if stdio {
+            Program::Stdio { code, cases: vec![atgrpo_sandbox::StdioCase { stdin: Vec::new(), expected: None }] }
+        } else {
+            Program::Function { code, setup: String::new(), tests: vec!["assert 1".into()] }
         };
         std::thread::spawn(move || sandbox.run_batch(vec![p]).unwrap())
     };
@@ -227,15 +233,17 @@ fn with_running_program(namespaces: bool, check: impl Fn(&atgrpo_sandbox::Isolat
     // A process counts as filtered from its first filter on, so a poll can land while it is still
     // installing the rest (CI saw 3 of 4 once): wait, bounded, until every one has settled; a filter
     // that is really missing still fails below, after the wait.
-    let settled = |pids: &[i32]| pids.len() >= 2 && pids.iter().all(|&p| filter_count(p) == Some(expected_filters));
+    let processes = if stdio { 1 } else { 2 };
+    let settled =
+        |pids: &[i32]| pids.len() >= processes && pids.iter().all(|&p| filter_count(p) == Some(expected_filters));
     let t0 = Instant::now();
     let mut pids = filtered_processes(report.zygote);
     while !settled(&pids) && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
         pids = filtered_processes(report.zygote);
     }
-    // Function mode: the checker and the program's own process, both filtered.
-    assert_eq!(pids.len(), 2, "sandboxed processes found: {pids:?}");
+    // Function mode: the checker and the program's own process, both filtered; stdio: the harness.
+    assert_eq!(pids.len(), processes, "sandboxed processes found: {pids:?}");
     for &pid in &pids {
         assert_eq!(filter_count(pid), Some(expected_filters), "filters installed in {pid}");
     }
@@ -292,7 +300,9 @@ fn decode_and_check(namespaces: bool, report: &atgrpo_sandbox::IsolationReport, 
 #[test]
 fn every_sandboxed_process_holds_the_promised_number_of_filters_on_both_paths() {
     for namespaces in [true, false] {
-        with_running_program(namespaces, |_, _, _| {});
+        for stdio in [false, true] {
+            with_running_program(namespaces, stdio, |_, _, _| {});
+        }
     }
 }
 
@@ -301,6 +311,10 @@ fn every_sandboxed_process_holds_the_promised_number_of_filters_on_both_paths() 
 #[ignore = "needs CAP_SYS_ADMIN (PTRACE_SECCOMP_GET_FILTER): cargo test -p atgrpo-sandbox --test filter_readback -- --ignored"]
 fn the_installed_filters_refuse_what_the_docs_promise_on_both_paths() {
     for namespaces in [true, false] {
-        with_running_program(namespaces, |report, pids, count| decode_and_check(namespaces, report, pids, count));
+        for stdio in [false, true] {
+            with_running_program(namespaces, stdio, |report, pids, count| {
+                decode_and_check(namespaces, report, pids, count)
+            });
+        }
     }
 }
