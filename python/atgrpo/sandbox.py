@@ -189,6 +189,9 @@ class Isolation:
     """Function programs (and stdio programs, with `stdio_zygote`) fork from a per-worker
     interpreter started ahead inside the sandbox (false: every start spawns its interpreters, two
     per function program, where the zygote failed its self-test)."""
+    stdio_zygote: bool
+    """Stdio programs fork their harness from that zygote (`SandboxConfig.stdio_zygote`, and the
+    stdio self-test passed); false: each stdio start spawns its own interpreter."""
     missing: tuple[str, ...]
     """Layers this machine could not give: "namespaces", "landlock" (none at all), each Landlock
     layer an older ABI lacks ("landlock_truncate" < 3, "landlock_tcp" < 4, "landlock_ioctl_dev" < 5,

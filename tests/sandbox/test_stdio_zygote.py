@@ -6,6 +6,7 @@ both isolation paths; the hostile programs of test_adversarial.py run on the new
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Sandbox, Sandbox]]:
     new = make(request.param, workers=1, stdio_zygote=True)
     old = make(request.param, workers=1, stdio_zygote=False)
-    assert new.isolation == old.isolation and new.isolation.zygote, new.isolation
+    assert new.isolation.stdio_zygote and not old.isolation.stdio_zygote, (new.isolation, old.isolation)
+    assert replace(new.isolation, stdio_zygote=False) == old.isolation and new.isolation.zygote, new.isolation
     yield new, old
     new.close()
     old.close()

@@ -25,7 +25,7 @@ use crate::error::{Result, SandboxError};
 use crate::landlock::Fence;
 use crate::namespaces;
 use crate::probe::{landlock_gaps, IsolationReport, KernelFeatures, Missing, LANDLOCK_FULL_ABI};
-use crate::program::{Program, ProgramResult, TestResult, Verdict};
+use crate::program::{Program, ProgramResult, StdioCase, TestResult, Verdict};
 use crate::protocol::{BOOT, CANDIDATE, COMPILER, HARNESS, ZYGOTE};
 use crate::run::{ChildFilter, Isolation, Shared, Worker};
 use crate::seccomp;
@@ -140,8 +140,21 @@ fn self_test_once(shared: &mut Shared) -> std::result::Result<bool, String> {
     let mut worker =
         Worker { shared, stacks, name: "selftest".into(), counter: 0, zygote: None, zygote_cleaned: false };
     let result = worker.run(&program);
-    let zygote = worker.zygote.take().is_some();
+    let zygote = worker.zygote.is_some();
+    // Stdio programs fork from the same zygote with a request of their own: tested too, so that a
+    // machine where it fails spawns their interpreters instead (as before) rather than failing them.
+    let stdio_ok = !(zygote && worker.shared.cfg.stdio_zygote && result.tests[0].verdict == Verdict::Passed) || {
+        let stdio = Program::Stdio {
+            code: "print(6 * 7)\n".into(),
+            cases: vec![StdioCase { stdin: Vec::new(), expected: Some(b"42\n".to_vec()) }],
+        };
+        worker.run(&stdio).tests[0].verdict == Verdict::Passed
+    };
+    worker.zygote.take();
     (shared.cfg.timeout_s, shared.cfg.program_timeout_s) = limits;
+    if !stdio_ok {
+        shared.cfg.stdio_zygote = false;
+    }
     let t = &result.tests[0];
     if t.verdict == Verdict::Passed {
         return Ok(zygote);
@@ -206,6 +219,7 @@ impl Sandbox {
             capabilities_dropped: false,
             rlimits: isolated,
             zygote: false,
+            stdio_zygote: false,
             missing: Vec::new(),
             warning: None,
             python: python_path.display().to_string(),
@@ -313,7 +327,8 @@ impl Sandbox {
         Ok(Self::start(shared, report))
     }
 
-    fn start(shared: Shared, report: IsolationReport) -> Self {
+    fn start(shared: Shared, mut report: IsolationReport) -> Self {
+        report.stdio_zygote = report.zygote && shared.cfg.stdio_zygote;
         let shared = Arc::new(shared);
         let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));

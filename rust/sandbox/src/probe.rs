@@ -29,6 +29,9 @@ pub struct IsolationReport {
     /// Function-mode starts fork from a per-worker zygote (an interpreter started ahead, inside the
     /// sandbox) instead of starting two interpreters; false where the zygote failed its self-test.
     pub zygote: bool,
+    /// Stdio starts fork their one harness from that zygote (`SandboxConfig::stdio_zygote`, and the
+    /// zygote passed its stdio self-test too); false: each stdio start spawns its own interpreter.
+    pub stdio_zygote: bool,
     /// The layers this machine could not give (empty with full isolation, and for "none").
     pub missing: Vec<Missing>,
     /// Why the sandbox runs with less than full isolation, if it does (set whenever `missing` is

@@ -216,6 +216,7 @@ fn with_running_program(
     let report = sandbox.isolation().clone();
     assert!(report.seccomp, "no seccomp on this machine: {report:?}");
     assert!(report.zygote, "the zygote failed its self-test: {report:?}");
+    assert!(report.stdio_zygote, "stdio starts do not fork from the zygote: {report:?}");
     let runner = {
         let sandbox = sandbox.clone();
         let code = "import time\ntime.sleep(3)\n".to_string();
