@@ -28,7 +28,7 @@ from atgrpo.learner.trainer import loss_config
 from atgrpo.messages import EnvResult, Sample
 from atgrpo.models.folder import load_model, load_tokenizer
 from atgrpo.paths import policy_dir
-from atgrpo.units import cut_units, roll_out_locally, step_seeds
+from atgrpo.units import cut_units, roll_out_units, step_seeds
 from atgrpo.workflows.base import PolicyHandle, Workflow
 from atgrpo.workflows.factory import make_workflow
 
@@ -74,7 +74,7 @@ class ReferenceRun:
             versions=self.versions,
             greedy=False,
         )
-        samples, envs, _ = roll_out_locally(
+        samples, envs, _, _ = roll_out_units(
             self.workflow, self.policies, units, training_sampling(ro), run_id=cfg.run.name, run_seed=cfg.run.seed
         )
         t1 = time.perf_counter()

@@ -112,20 +112,6 @@ def roll_out_units(
     return LocalRollout(*in_step_order(samples, envs), timings, programs)
 
 
-def roll_out_locally(
-    workflow: "Workflow",
-    policies: dict[str, "PolicyHandle"],
-    units: list[WorkUnit],
-    sampling: "SamplingParams",
-    *,
-    run_id: str,
-    run_seed: int,
-) -> tuple[list[Sample], list[EnvResult], UnitTimings]:
-    """`roll_out_units` as (samples, env results, timings), the shape its older callers unpack."""
-    samples, envs, timings, _ = roll_out_units(workflow, policies, units, sampling, run_id=run_id, run_seed=run_seed)
-    return samples, envs, timings
-
-
 __all__ = [
     "EVAL_UNIT_SCALE",
     "SEED_BASE",
@@ -133,7 +119,6 @@ __all__ = [
     "cut_units",
     "eval_seeds",
     "in_step_order",
-    "roll_out_locally",
     "roll_out_units",
     "step_seeds",
     "unit_seed",

@@ -139,7 +139,7 @@ def _rollout_arm(model: Path, engine: str, repeats: int) -> dict:
     from atgrpo.engines.factory import training_sampling
     from atgrpo.models.folder import load_model
     from atgrpo.models.peft_models import AdapterWeights, attach_adapters
-    from atgrpo.units import cut_units, roll_out_locally, step_seeds
+    from atgrpo.units import cut_units, roll_out_units, step_seeds
     from atgrpo.workflows.factory import make_workflow
 
     cfg = recipe_config(model, Path(tempfile.mkdtemp()), engine)
@@ -167,7 +167,7 @@ def _rollout_arm(model: Path, engine: str, repeats: int) -> dict:
             greedy=False,
         )
         t0, c0 = time.perf_counter(), _cpu_s()
-        samples, _, timings = roll_out_locally(
+        samples, _, timings, _ = roll_out_units(
             workflow, handles, units, training_sampling(ro), run_id="bench", run_seed=0
         )
         if step:

@@ -60,7 +60,7 @@ def recipe_samples(cfg, tokenizer, budget: int) -> list:
 
     from atgrpo.engines.base import Completion, RolloutEngine
     from atgrpo.engines.factory import training_sampling
-    from atgrpo.units import cut_units, roll_out_locally, step_seeds
+    from atgrpo.units import cut_units, roll_out_units, step_seeds
     from atgrpo.workflows.base import PolicyHandle
     from atgrpo.workflows.factory import make_workflow
 
@@ -98,7 +98,7 @@ def recipe_samples(cfg, tokenizer, budget: int) -> list:
                 versions={p: 0 for p in cfg.policies},
                 greedy=False,
             )
-            samples, _, _ = roll_out_locally(
+            samples, _, _, _ = roll_out_units(
                 workflow, policies, units, training_sampling(ro), run_id="bench", run_seed=cfg.run.seed
             )
             by_env: dict[int, list] = {}
