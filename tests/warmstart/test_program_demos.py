@@ -232,3 +232,23 @@ def test_unknown_strategies_and_levels_are_refused() -> None:
         sudoku_program(". 1 . 2", "backtrack")
     with pytest.raises(ValueError, match="no program strategies"):
         strategy_program("sokoban", "#", "bfs")
+
+
+@pytest.mark.parametrize("task", ["planpath", "sudoku"])
+def test_compact_programs_print_the_compact_templates_answer(sandbox: LazySandbox, task: str) -> None:
+    """A compact program prints exactly what the compact templates' plan agent answers (the solver's
+    answer in that format), so the plan agent, shown the output, answers by copying it; and the env
+    reads it as it reads the paper form."""
+    params = DEMO_PLANPATH if task == "planpath" else {"size": 4}
+    n = 6
+    pool = EnvPool(task, 2 * n, **params)
+    seeds = np.arange(n) + 50
+    pool.reset(np.arange(n), seeds, "train")
+    obs = pool.render(np.arange(n))
+    plans = pool.solve(np.arange(n)).plans
+    correct = strategies(task)[0]
+    compact = printed(sandbox, [strategy_program(task, o, correct, compact=True) for o in obs])
+    paper = printed(sandbox, [strategy_program(task, o, correct) for o in obs])
+    assert compact == [p.replace("####", "").replace(" ", "").strip() for p in plans]
+    assert paper == [p.strip() for p in plans]
+    assert all(simulate(pool, seeds, compact).success)

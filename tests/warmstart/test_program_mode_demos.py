@@ -42,8 +42,10 @@ def observation(task: str, prompt: str) -> str:
 
 
 def strategy_of(task: str, obs: str, program: str) -> str | None:
+    """The strategy whose program, printing the compact templates' format (the configs' style), is
+    `program`."""
     return next(
-        (s for s in strategies(task) if strategy_program(task, obs, s, depth_cap=DEPTH_CAP) == program),
+        (s for s in strategies(task) if strategy_program(task, obs, s, depth_cap=DEPTH_CAP, compact=True) == program),
         None,
     )
 

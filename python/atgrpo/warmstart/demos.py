@@ -89,7 +89,9 @@ def make_demos(
         eos = [tokenizer.eos_token_id]
         out = []
         if wf.program_mode:
-            targets = answers = mix_programs(wf.task, obs, rng) if TOOL in wf.roles else []
+            # Programs print the answer in the format the prompt asks for, the plan target's format.
+            compact = wf.templates.style != "paper"
+            targets = answers = mix_programs(wf.task, obs, rng, compact=compact) if TOOL in wf.roles else []
         else:
             targets, answers = _noisy_answers(wf, plans, rng, tool_noise, per_answer)
         for i, e in enumerate(ids if TOOL in wf.roles and TOOL in keep else []):

@@ -72,6 +72,10 @@ def find(ch):
     return next((r, c) for r in range(H) for c in range(W) if g[r][c] == ch)
 """
 _PRINT_MOVES = 'print("#### [" + ", ".join({moves}) + "]")\n'
+_PRINT_MOVES_COMPACT = 'print("[" + ",".join({moves}) + "]")\n'
+"""How a program prints its moves: the paper templates' `#### [U, R]`, or the compact templates'
+`[U,R]` (`compact=True`), so a program prints its answer in the format its prompt asks for and the
+plan agent, shown that output, answers by copying it."""
 
 _BFS = """path = {{find("A"): []}}
 queue = [find("A")]
@@ -112,21 +116,23 @@ while (r, c) != (gr, gc):
 """
 
 
-def planpath_program(obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP) -> str:
+def planpath_program(obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP, compact: bool = False) -> str:
     """The program `strategy` (one of `PLANPATH_STRATEGIES`) writes for the Plan-Path observation `obs`
-    (its rows, `A` the agent, `G` the goal; any state of an episode)."""
+    (its rows, `A` the agent, `G` the goal; any state of an episode); `compact`: it prints the compact
+    templates' answer format."""
     rows = obs.split()
     if not rows or any(len(r) != len(rows[0]) for r in rows) or sum(r.count("A") for r in rows) != 1:
         raise ValueError(f"not a Plan-Path observation: {obs!r}")
     moves = _MOVES_SWAPPED_UD if strategy == "bfs_swapped_ud" else _MOVES
+    print_moves = _PRINT_MOVES_COMPACT if compact else _PRINT_MOVES
     head = _GRID_HEADER.format(rows=repr(rows).replace("'", '"'), moves=moves)
     if strategy in ("bfs", "bfs_swapped_ud", "bfs_edge_blind"):
         free = _FREE_EDGE_BLIND if strategy == "bfs_edge_blind" else _FREE
-        return head + _BFS.format(free=free) + _PRINT_MOVES.format(moves='path.get(find("G"), [])')
+        return head + _BFS.format(free=free) + print_moves.format(moves='path.get(find("G"), [])')
     if strategy == "dfs_capped":
-        return head + _DFS.format(cap=int(depth_cap), free=_FREE) + _PRINT_MOVES.format(moves='dfs(*find("A"), [])')
+        return head + _DFS.format(cap=int(depth_cap), free=_FREE) + print_moves.format(moves='dfs(*find("A"), [])')
     if strategy == "greedy":
-        return head + _GREEDY.format(free=_FREE) + _PRINT_MOVES.format(moves="moves")
+        return head + _GREEDY.format(free=_FREE) + print_moves.format(moves="moves")
     raise ValueError(f"unknown Plan-Path strategy {strategy!r}; expected one of {PLANPATH_STRATEGIES}")
 
 
@@ -160,30 +166,34 @@ _ONE_PASS = """for k in range(16):
         g[r][c] = next((d for d in "1234" if ok(r, c, d)), ".")
 """
 _PRINT_GRID = 'print("####")\nfor row in g:\n    print(" ".join(row))\n'
+_PRINT_GRID_COMPACT = 'for row in g:\n    print("".join(row))\n'
+"""The grid as the paper templates' answer (`####`, then rows of spaced digits) or the compact ones'
+(rows of digits)."""
 
 
-def sudoku_program(obs: str, strategy: str) -> str:
+def sudoku_program(obs: str, strategy: str, *, compact: bool = False) -> str:
     """The program `strategy` (one of `SUDOKU_STRATEGIES`) writes for the 4x4 Sudoku observation `obs`
-    (rows of space-separated cells, `.` empty)."""
+    (rows of space-separated cells, `.` empty); `compact`: it prints the compact templates' format."""
     rows = ["".join(line.split()) for line in obs.strip().splitlines()]
     if len(rows) != 4 or any(len(r) != 4 or r.strip(".1234") for r in rows):
         raise ValueError(f"not a 4x4 Sudoku observation: {obs!r}")
     check = {"rows_only": "rows_only", "no_boxes": "no_boxes"}.get(strategy, "full")
     head = _SUDOKU_HEADER.format(rows=" ".join(rows), check=_SUDOKU_CHECKS[check])
+    print_grid = _PRINT_GRID_COMPACT if compact else _PRINT_GRID
     if strategy in ("backtrack", "rows_only", "no_boxes"):
-        return head + _BACKTRACK + _PRINT_GRID
+        return head + _BACKTRACK + print_grid
     if strategy == "greedy":
-        return head + _ONE_PASS + _PRINT_GRID
+        return head + _ONE_PASS + print_grid
     raise ValueError(f"unknown Sudoku strategy {strategy!r}; expected one of {SUDOKU_STRATEGIES}")
 
 
-def strategy_program(task: str, obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP) -> str:
+def strategy_program(task: str, obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP, compact: bool = False) -> str:
     """The program of `strategy` for a level of `task` ("planpath" or "sudoku"); `depth_cap` is
-    `dfs_capped`'s (Plan-Path only)."""
+    `dfs_capped`'s (Plan-Path only); `compact`: it prints the compact templates' answer format."""
     if task == "planpath":
-        return planpath_program(obs, strategy, depth_cap=depth_cap)
+        return planpath_program(obs, strategy, depth_cap=depth_cap, compact=compact)
     if task == "sudoku":
-        return sudoku_program(obs, strategy)
+        return sudoku_program(obs, strategy, compact=compact)
     raise ValueError(f"no program strategies for task {task!r}")
 
 

@@ -63,10 +63,13 @@ def draw_strategies(task: str, count: int, rng: np.random.Generator) -> list[str
     return [names[i] for i in picks]
 
 
-def mix_programs(task: str, observations: Sequence[str], rng: np.random.Generator) -> list[str]:
-    """One tool demo program per observation, each by a strategy drawn from the mix."""
+def mix_programs(
+    task: str, observations: Sequence[str], rng: np.random.Generator, *, compact: bool = False
+) -> list[str]:
+    """One tool demo program per observation, each by a strategy drawn from the mix; `compact`: the
+    programs print the compact templates' answer format."""
     drawn = draw_strategies(task, len(observations), rng)
-    return [strategy_program(task, obs, s, depth_cap=DEPTH_CAP) for obs, s in zip(observations, drawn)]
+    return [strategy_program(task, obs, s, depth_cap=DEPTH_CAP, compact=compact) for obs, s in zip(observations, drawn)]
 
 
 __all__ = ["DEPTH_CAP", "MIXES", "draw_strategies", "mix_of", "mix_programs"]
