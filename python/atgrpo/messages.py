@@ -10,6 +10,8 @@ Producer -> consumer is named on every class. "hub" is the learner's rank 0.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 PROTOCOL_VERSION = 3
@@ -140,6 +142,10 @@ class UnitTimings(msgspec.Struct, array_like=True):
         return UnitTimings(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
 
 
+Count = Annotated[int, msgspec.Meta(ge=0)]
+"""A count an actor reports: a negative one fails decoding, so a peer's garbage never reaches the sums."""
+
+
 class ToolPrograms(msgspec.Struct, array_like=True):
     """What the tool agent's programs did over a unit's tool answers (games in program mode; every
     count stays 0 elsewhere). Workflow -> hub inside the unit's `last` `SampleBatch`; the hub sums
@@ -149,19 +155,19 @@ class ToolPrograms(msgspec.Struct, array_like=True):
     `crashed` and `no_compile` (they sum to `answers`), and `alone_success` counts a subset of
     `ran`. Counted over all candidates of a turn, before tree selection."""
 
-    answers: int = 0
+    answers: Count = 0
     """Tool answers that were meant as programs."""
-    ran: int = 0
+    ran: Count = 0
     """The program ran to the end and printed an answer the env parses."""
-    alone_success: int = 0
+    alone_success: Count = 0
     """Its printed answer alone solved the level (the simulation on the scratch copy)."""
-    unparseable: int = 0
+    unparseable: Count = 0
     """It ran to the end but printed nothing the env parses (garbage, or nothing)."""
-    timed_out: int = 0
+    timed_out: Count = 0
     """The sandbox stopped it at its time limit."""
-    crashed: int = 0
+    crashed: Count = 0
     """It stopped with any other verdict: an exception, a memory or output limit, a sandbox error."""
-    no_compile: int = 0
+    no_compile: Count = 0
     """No program that compiles (a syntax error, or an empty answer, e.g. one cut off at
     `max_new_tokens`); never run."""
 

@@ -126,3 +126,14 @@ def test_the_real_sandbox_gives_the_scripted_verdicts():
     answers, expected = batch(SEED)
     sets = ("task.tool_mode=program", "rollout.k=7", "task.sandbox_timeout_s=1.0")
     assert roll_out(answers, *sets).tool_programs == expected
+
+
+def test_a_negative_count_from_a_peer_is_an_invalid_message():
+    from atgrpo.transport.codec import DEFAULT_MAX_MESSAGE_BYTES, decode, encode
+    from atgrpo.transport.errors import InvalidMessage
+
+    good = SampleBatch("a", 0, [], True, tool_programs=ToolPrograms(answers=3, ran=1, crashed=2))
+    assert decode(encode(good), max_bytes=DEFAULT_MAX_MESSAGE_BYTES) == good
+    hostile = msgspec.structs.replace(good, tool_programs=msgspec.structs.replace(good.tool_programs, crashed=-5))
+    with pytest.raises(InvalidMessage, match="tool_programs"):
+        decode(encode(hostile), max_bytes=DEFAULT_MAX_MESSAGE_BYTES)
