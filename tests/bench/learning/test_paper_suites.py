@@ -6,6 +6,7 @@ and sandbox stand in for the model and the real sandbox)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from atgrpo.bench.learning import runner, runs, suites
 from atgrpo.cli import eval as eval_cli
 from atgrpo.config import TinyModelSpec, load_config
 from atgrpo.engines import torch_engine
+from atgrpo.errors import LearningSuiteError
 from atgrpo.models import build_tiny_model
 from atgrpo.workflows import programs
 from tests.workflows.scripted import ScriptedEngine
@@ -140,3 +142,13 @@ def test_the_transcripts_hold_each_program_its_output_and_the_planners_answer(
         assert tool["text"] == fence(program) and tool["shown"] == f"program:\n{program}\noutput: [U]"
         assert isinstance(tool["alone_valid"], bool) and tool["alone_success"] is False  # one move never solves
         assert "shown" not in plan  # the planner acts on the real state: nothing simulated
+
+
+def test_transcripts_that_do_not_finish_are_an_error_naming_the_run(tmp_path, monkeypatch) -> None:
+    def hang(cmd, timeout, **_):
+        raise subprocess.TimeoutExpired(cmd, timeout)
+
+    monkeypatch.setattr(runner, "transcripts_args", lambda out_dir, episodes: ["x"])
+    monkeypatch.setattr(runner.subprocess, "run", hang)
+    with pytest.raises(LearningSuiteError, match="did not finish in 5 s"):
+        runner.keep_transcripts(tmp_path, 20, 5.0)

@@ -198,9 +198,14 @@ def keep_transcripts(out_dir: Path, episodes: int, timeout_s: float) -> None:
     cmd = [exe] if exe else [sys.executable, "-m", "atgrpo.cli.eval"]
     cmd += transcripts_args(out_dir, episodes)
     with open(out_dir / "bench.log", "ab") as log:
-        done = subprocess.run(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env(os.environ), timeout=timeout_s, check=False
-        )
+        try:
+            done = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=run_env(os.environ), timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:  # run() has killed it
+            raise LearningSuiteError(
+                f"transcripts of {out_dir}: atgrpo-eval did not finish in {timeout_s:.0f} s; see {out_dir / 'bench.log'}"
+            ) from None
     if done.returncode != 0 or not (out_dir / TRANSCRIPTS).is_file():
         raise LearningSuiteError(
             f"transcripts of {out_dir} failed (exit {done.returncode}); see {out_dir / 'bench.log'}"
