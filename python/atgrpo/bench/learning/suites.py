@@ -94,7 +94,7 @@ ONE_POLICY_PER_ROLE = (
     # each keeps the config's own policy settings (program tokenizer, 1024 positions, its lr).
     "policies={"
     + ",".join(
-        f'{role}={{lr=2e-4,lr_schedule="linear",tiny={{tokenizer="program",max_positions=1024}}}}'
+        f'{role}={{lr=5e-5,lr_schedule="linear",tiny={{tokenizer="program",max_positions=1024}}}}'
         for role in ("tool", "plan")
     )
     + "}",
