@@ -3,25 +3,12 @@ the result; different texts never share one; results come back in answer order."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
+from tool_batch import FakeResult, FakeTest
 
 from atgrpo.config import load_config
 from atgrpo.workflows import programs
 from atgrpo.workflows.programs import LazySandbox, run_printing_programs
-
-
-@dataclass
-class FakeTest:
-    verdict: str
-    detail: str
-    stdout: bytes
-
-
-@dataclass
-class FakeResult:
-    tests: list[FakeTest]
 
 
 @pytest.fixture
