@@ -143,18 +143,22 @@ def test_leftover_processes_do_not_reach_the_next_program(one: Sandbox) -> None:
         assert_still_works(sb)
 
 
+SIGNAL_ATTACK = (
+    "import os, signal\n"
+    "for target in (os.getppid(), 1, -1, 0):\n"
+    "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+    "        try:\n"
+    "            os.kill(target, sig)\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
+"""A program that signals its parent (the zygote), pid 1, its process group and every process it may."""
+
+
 def test_the_zygote_itself_is_out_of_reach(one: Sandbox) -> None:
     assert_still_works(one)
     before = zygotes()
-    attack = (
-        "import os, signal\n"
-        "for target in (os.getppid(), 1, -1, 0):\n"
-        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
-        "        try:\n"
-        "            os.kill(target, sig)\n"
-        "        except OSError:\n"
-        "            pass\n"
-    )
+    attack = SIGNAL_ATTACK
     one.run(function_program(attack, ["assert 1"]))
     time.sleep(0.1)
     assert_still_works(one)
@@ -205,14 +209,7 @@ def test_the_zygote_is_out_of_reach_of_stdio_programs(one: Sandbox) -> None:
 
     assert_still_works(one)
     before = zygotes()
-    attack = (
-        "import os, signal\n"
-        "for target in (os.getppid(), 1, -1, 0):\n"
-        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
-        "        try:\n"
-        "            os.kill(target, sig)\n"
-        "        except OSError:\n"
-        "            pass\n"
+    attack = SIGNAL_ATTACK + (
         "for path in (f'/proc/{os.getppid()}/mem', '/proc/1/mem', f'/proc/{os.getppid()}/environ'):\n"
         "    try:\n"
         "        print(path, len(open(path, 'rb').read(16)))\n"
