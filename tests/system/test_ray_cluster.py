@@ -53,13 +53,22 @@ SAME = (
     "learner/shared/version",
 )
 """Metrics that depend only on what was sampled and trained, never on who sampled it, where or when."""
+NODE_DEATH_FAST = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"learner_slot": 1}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"learner_slot": 1},
+            "include_dashboard": False,
+            # A removed node is declared dead after ~3 s, not Ray's default ~30 s: the lost actor's
+            # return on the other worker must come well inside the faulted run's remaining steps,
+            # also on a loaded CI machine (a run of 8 steps can end before a 30 s detector fires).
+            "_system_config": NODE_DEATH_FAST,
+        },
     )
     for _ in range(2):
         c.add_node(num_cpus=2, resources={"actor_slot": 2})
