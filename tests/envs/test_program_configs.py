@@ -35,12 +35,9 @@ def test_the_context_holds_the_longest_prompts_with_their_budgets(task: str) -> 
         pool.close()
     budgets = cfg.agent_max_new_tokens()
     context = cfg.policies["shared"].tiny.max_positions
-    # The longest program a tool answer can be (its whole budget, shown whole) and the longest output
-    # note, both of the family's own text, so the pieces the tokenizer knows are all there.
-    text = "".join(strategy_program(task, o, s) for o in obs for s in strategies(task))
-    program = tok.decode(tok.encode(text, add_special_tokens=False)[: budgets[TOOL]])
+    # The longest output note the plan agent is shown (it is shown the output, not the program).
     note = ("#### [U, R, D, L]" * 20)[:TOOL_ANSWER_CHARS]
-    shown = f"program:\n{program}\noutput: {note}"
+    shown = f"output: {note}"
     for o in obs:
         plan = wf.prompt_text(PLAN, o, 0, Simulation(0, shown, False, False, 0.0))
         assert len(tok.encode(plan, add_special_tokens=False)) + budgets[PLAN] <= context

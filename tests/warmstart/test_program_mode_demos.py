@@ -1,6 +1,7 @@
 """Program-mode warm-start demos: the tool agent's are programs of the strategy family, drawn from
-the documented mix, that compile; the plan agent's prompts hold the real output of the program
-shown (run again here, in a sandbox of the test's own) and its target is the solver's answer."""
+the documented mix, that compile; the plan agent's prompts hold the real output of the tool's
+program (run again here, in a sandbox of the test's own), never the program, and its target is the
+solver's answer, or the output itself where that alone reaches the goal."""
 
 from __future__ import annotations
 
@@ -77,12 +78,12 @@ def test_program_demos_are_the_familys_programs_and_the_plan_sees_their_real_out
     for (prompt, answer), tool_prompt, program, strategy, run in zip(plans, tools, programs, drawn, runs):
         assert run.ran
         assert observation(task, prompt) == observation(task, tool_prompt[0])
-        shown = prompt.split("program:\n", 1)[1]
-        assert shown.startswith(program.rstrip() + "\noutput: "), (program, prompt)
+        assert program.strip() not in prompt, prompt  # the plan agent acts on the output, not the code
         output = run.text.strip()
-        assert f"\noutput: {output[-TOOL_ANSWER_CHARS:]}=" in prompt
-        if strategy == CORRECT[task]:  # the correct program's output reaches the goal, and is the solver's
-            assert "=goal\n" in prompt
+        assert f"output: {output[-TOOL_ANSWER_CHARS:]}=" in prompt
+        if strategy == CORRECT[task]:
+            assert "=goal\n" in prompt  # the correct program's output reaches the goal
+        if "=goal\n" in prompt:  # whichever program printed a winning answer: the target copies it
             assert answer == wf.templates.answer_text(output)
         if task == "planpath":
             assert parse_moves(answer.encode(), 256), answer  # the target is a move list, not a program

@@ -13,7 +13,10 @@ answer mode, so `tool_noise` is not used). What the plan agent is shown of a too
 action simulated, come from `GameWorkflow.actions`, the rollouts' own path: in program mode each
 program really runs in the workflow's sandbox (`run_printing_programs`, nothing given to it) and
 the plan agent's prompt holds its real output and the simulation's outcome. The plan agent's target
-is the solver's answer in both modes.
+is the solver's answer, except in program mode when the program's output alone reaches the goal:
+then it is that output, copied. A team's gain comes from the plan agent acting on what ran, and a
+target that differed from a winning output (another optimal path, of the solver's tie-breaking)
+would teach it to distrust even the programs that solve the level.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def make_demos(
                 (wf.encode(tokenizer, prompt, TOOL), tokenizer.encode(targets[i], add_special_tokens=False) + eos)
             )
         views: list[Simulation | None] = [None] * len(ids)
+        plan_targets = [wf.templates.answer_text(p or "") for p in plans]
         if TOOL in wf.roles and len(ids):
             actions, shown, _ = wf.actions(TOOL, answers)
             for e in ids:
@@ -111,8 +115,13 @@ def make_demos(
                 )
                 for i, e in enumerate(ids)
             ]
+            if wf.program_mode:
+                plan_targets = [
+                    wf.templates.answer_text(actions[i].strip()) if sim.success[i] else t
+                    for i, t in enumerate(plan_targets)
+                ]
         for i, e in enumerate(ids if PLAN in keep else []):
-            answer = wf.templates.answer_text(plans[i] or "")
+            answer = plan_targets[i]
             prompt = wf.prompt_text(PLAN, obs[i], int(turns[e]), views[i])
             out.append((wf.encode(tokenizer, prompt, PLAN), tokenizer.encode(answer, add_special_tokens=False) + eos))
         return out

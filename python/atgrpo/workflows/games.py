@@ -8,8 +8,9 @@ branch itself. Rewards are the env's (alpha is an env parameter).
 Program mode (`task.tool_mode = "program"`, the paper's setting): the tool agent writes a Python
 program that prints a move list; it runs in the sandbox with no input, and its stdout is handed to
 the env's parser as the tool agent's answer (parsed, never evaluated; a program that fails to compile
-or run answers nothing, an invalid action). The plan agent sees the program, its output and the
-simulated outcome. The workflow then holds a sandbox until `close()`. What each program did (ran,
+or run answers nothing, an invalid action). The plan agent sees what the program printed (or why it
+printed nothing) and the simulated outcome, not the program: it acts on the output, and a program
+shown whole would double the plan prompt's length for text the plan agent does not act on. The workflow then holds a sandbox until `close()`. What each program did (ran,
 timed out, ...; `tool_programs.py`) is counted per unit into `UnitResult.tool_programs`.
 """
 
@@ -27,8 +28,6 @@ from atgrpo.workflows.tree import TreeWorkflow
 TOOL, PLAN = "tool", "plan"
 TOOL_ANSWER_CHARS = 200
 """The tool answer shown to the plan agent is cut to this many characters (keeps prompts bounded)."""
-PROGRAM_CHARS = 1500
-"""Program mode: the part of the tool agent's program shown to the plan agent."""
 PROGRAM_OUTPUT_CHARS = 4000
 """Program mode: the end of the program's stdout handed to the env's parser."""
 PROGRAM_INSTRUCTION = "\nWrite a Python program (no input) that prints the answer in that format.\n"
@@ -76,8 +75,8 @@ class GameWorkflow(TreeWorkflow):
 
     def actions(self, role: str, texts: list[str]) -> tuple[list[str], list[str], list[PrintedOutput] | None]:
         """The env action of each answer and what the plan agent is shown of it: the answer itself,
-        or in program mode what the answer's program printed, shown with the program; and in program
-        mode each answer's run (None otherwise)."""
+        or in program mode what the answer's program printed (or why it printed nothing); and in
+        program mode each answer's run (None otherwise)."""
         if not (role == TOOL and self.program_mode):
             return texts, [t.strip()[:TOOL_ANSWER_CHARS] for t in texts], None
         outputs, shown = [], []
@@ -91,7 +90,7 @@ class GameWorkflow(TreeWorkflow):
                 out = run.text[-PROGRAM_OUTPUT_CHARS:]
                 note = out.strip()[-TOOL_ANSWER_CHARS:] or "(no output)"
             outputs.append(out)
-            shown.append(f"program:\n{run.code[:PROGRAM_CHARS]}\noutput: {note}")
+            shown.append(f"output: {note}")
         return outputs, shown, runs
 
 
