@@ -91,10 +91,10 @@ GRPO = ('rollout.sampling="parallel"', 'rollout.grouping="trajectory"')
 """Plain GRPO: K parallel episodes per env, one group per env (the paper's "+GRPO" and trajectory rows)."""
 ONE_POLICY_PER_ROLE = (
     # The whole table: the program config's `shared` policy would otherwise stay beside the two, and
-    # each keeps the config's own policy settings (program tokenizer, 1024 positions, its lr).
+    # each keeps the config's own policy settings (program tokenizer, 512 positions, its lr).
     "policies={"
     + ",".join(
-        f'{role}={{lr=5e-5,lr_schedule="linear",tiny={{tokenizer="program",max_positions=1024}}}}'
+        f'{role}={{lr=5e-5,lr_schedule="linear",tiny={{tokenizer="program",max_positions=512}}}}'
         for role in ("tool", "plan")
     )
     + "}",
