@@ -24,7 +24,7 @@ def ref_group_ids(env, agent, turn):
     return np.array(ids, dtype=np.int64), len(seen)
 
 
-def ref_advantages(ids, rewards, num_groups, eps=1e-6, ddof=1):
+def ref_advantages(ids, rewards, num_groups, eps=1e-6, ddof=1, scale_by_std=True):
     ids, rewards = np.asarray(ids), np.asarray(rewards, dtype=np.float64)
     adv = np.zeros(len(rewards))
     mean, std, size = np.full(num_groups, np.nan), np.full(num_groups, np.nan), np.zeros(num_groups, np.int64)
@@ -39,7 +39,7 @@ def ref_advantages(ids, rewards, num_groups, eps=1e-6, ddof=1):
             mean[g], std[g], constant[g] = r[0], 0.0, len(r) >= 2
             continue
         mean[g], std[g] = r.mean(), r.std(ddof=ddof)
-        adv[members] = (r - mean[g]) / (std[g] + eps)
+        adv[members] = (r - mean[g]) / (std[g] + eps) if scale_by_std else r - mean[g]
     return adv, mean, std, size, constant
 
 
@@ -152,6 +152,22 @@ def test_advantages_match_numpy_reference(batch, ddof: int, eps: float) -> None:
     assert stats.num_singleton == int((size == 1).sum()) and stats.num_empty == int((size == 0).sum())
     # Constant means max == min; subnormal rewards can also give std == 0 (underflow) without it.
     assert stats.num_constant == int(constant.sum())
+
+
+@settings(max_examples=100)
+@given(keyed_batches())
+def test_advantages_without_std_scaling_are_centred_rewards(batch) -> None:
+    # Dr. GRPO: r - mean, the same groups and degenerate-group rules as with the std division.
+    env, agent, turn, rewards = batch
+    ids, g = ref_group_ids(env, agent, turn)
+    adv, stats = kernels.group_advantages(ids, rewards, g, scale_by_std=False)
+    want, *_ = ref_advantages(ids, rewards, g, scale_by_std=False)
+    np.testing.assert_allclose(adv, want, rtol=1e-12, atol=1e-12)
+    _, scaled = kernels.group_advantages(ids, rewards, g)
+    for got, expected in zip(stats, scaled):
+        np.testing.assert_array_equal(got, expected)
+    out = kernels.compute_advantages(env, agent, turn, rewards, scale_by_std=False)
+    np.testing.assert_array_equal(out.advantages, adv)
 
 
 @given(keyed_batches())

@@ -105,7 +105,12 @@ def group_ids(
     env: npt.NDArray[np.int64], agent: npt.NDArray[np.int64], turn: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], int]: ...
 def group_advantages(
-    group_ids: npt.NDArray[np.int64], rewards: npt.NDArray[np.float64], num_groups: int, eps: float, ddof: int
+    group_ids: npt.NDArray[np.int64],
+    rewards: npt.NDArray[np.float64],
+    num_groups: int,
+    eps: float,
+    ddof: int,
+    scale_by_std: bool,
 ) -> tuple[npt.NDArray[np.float64], _GroupStats]: ...
 def compute_advantages(
     env: npt.NDArray[np.int64],
@@ -114,6 +119,7 @@ def compute_advantages(
     rewards: npt.NDArray[np.float64],
     eps: float,
     ddof: int,
+    scale_by_std: bool,
 ) -> tuple[npt.NDArray[np.int64], int, npt.NDArray[np.float64], _GroupStats]: ...
 def mix_rewards(
     team: npt.NDArray[np.float64], local: npt.NDArray[np.float64], alpha: float

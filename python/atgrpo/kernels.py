@@ -10,7 +10,7 @@ Bad input raises a typed error from `atgrpo.errors`, never a panic: `KernelShape
 disagree, a non-1-D array), `KernelArgumentError` (a value out of its domain), `SampleTooLongError`.
 
 Advantage rules (python/atgrpo/ALGORITHM.md, step 4), for group g over its *finite* rewards:
-`A = (r - mean_g) / (std_g + eps)`, in float64, where
+`A = (r - mean_g) / (std_g + eps)`, in float64 (`A = r - mean_g` with `scale_by_std=False`, Dr. GRPO), where
 - non-finite rewards (NaN, +-inf) are left out of mean/std, get A = 0 and are counted;
 - a singleton group (one finite reward) gets A = 0: there is no baseline to compare with;
 - a constant group (max == min) gets exactly A = 0, not rounding noise divided by eps;
@@ -115,7 +115,13 @@ def group_ids(env: npt.ArrayLike, agent: npt.ArrayLike, turn: npt.ArrayLike) -> 
 
 
 def group_advantages(
-    group_ids: npt.ArrayLike, rewards: npt.ArrayLike, num_groups: int, *, eps: float = 1e-6, ddof: int = 1
+    group_ids: npt.ArrayLike,
+    rewards: npt.ArrayLike,
+    num_groups: int,
+    *,
+    eps: float = 1e-6,
+    ddof: int = 1,
+    scale_by_std: bool = True,
 ) -> tuple[Float64Array, GroupStats]:
     """Advantages `[n]` for samples with known group ids `[n]` in 0..num_groups and rewards `[n]`.
 
@@ -123,7 +129,12 @@ def group_advantages(
     ddof not 0/1 -> `KernelArgumentError`; lengths that differ -> `KernelShapeError`.
     """
     adv, stats = _core.group_advantages(
-        _ints("group_ids", group_ids), _floats("rewards", rewards), int(num_groups), float(eps), int(ddof)
+        _ints("group_ids", group_ids),
+        _floats("rewards", rewards),
+        int(num_groups),
+        float(eps),
+        int(ddof),
+        bool(scale_by_std),
     )
     return adv, GroupStats(*stats)
 
@@ -136,6 +147,7 @@ def compute_advantages(
     *,
     eps: float = 1e-6,
     ddof: int = 1,
+    scale_by_std: bool = True,
 ) -> GroupedAdvantages:
     """`group_ids` then `group_advantages` in one call (one trip into Rust); all inputs [n]."""
     ids, num_groups, adv, stats = _core.compute_advantages(
@@ -145,6 +157,7 @@ def compute_advantages(
         _floats("rewards", rewards),
         float(eps),
         int(ddof),
+        bool(scale_by_std),
     )
     return GroupedAdvantages(ids, num_groups, adv, GroupStats(*stats))
 

@@ -1,7 +1,8 @@
 //! Group-normalised advantages (python/atgrpo/ALGORITHM.md, step 4) and reward mixing (step 3).
 //!
-//! `A_i = (r_i - mean_g) / (std_g + eps)` over the finite rewards of sample i's group g, in f64, with
-//! these rules, each one tested:
+//! `A_i = (r_i - mean_g) / (std_g + eps)` over the finite rewards of sample i's group g, in f64, or
+//! `A_i = r_i - mean_g` without the std division (`scale_by_std` false: Dr. GRPO), with these rules,
+//! each one tested:
 //! - **Non-finite rewards** (NaN, ±inf) are left out of their group's mean and std, get advantage 0 and
 //!   are counted in `GroupStats::num_nonfinite`: one broken reward must not poison its K-1 siblings.
 //! - **Singleton groups** (one finite reward) get advantage 0: there is no baseline to compare with, and
@@ -22,6 +23,9 @@ pub struct AdvantageOptions {
     pub eps: f64,
     /// Delta degrees of freedom of the std: 0 or 1.
     pub ddof: u32,
+    /// Divide by `std + eps` (GRPO). False: centre only (Dr. GRPO drops the division, which weighs
+    /// groups of nearly equal rewards up); the degenerate-group rules hold either way.
+    pub scale_by_std: bool,
 }
 
 impl Default for AdvantageOptions {
@@ -29,7 +33,7 @@ impl Default for AdvantageOptions {
     /// advantages (and so learning rates tuned against them) comparable. With K = 4 the population std
     /// would be sqrt(3/4) of it, i.e. advantages 15% larger.
     fn default() -> Self {
-        Self { eps: 1e-6, ddof: 1 }
+        Self { eps: 1e-6, ddof: 1, scale_by_std: true }
     }
 }
 
@@ -125,8 +129,13 @@ pub fn group_advantages(
         mean.push(c[0]);
         std.push(s);
         size.push(a.size);
-        // False for empty, singleton and constant groups (and a std that underflowed to 0).
-        c[1] = if s > 0.0 { s + opts.eps } else { 0.0 };
+        // 0 ("leave at 0") for empty, singleton and constant groups (and a std that underflowed to 0);
+        // 1 when only centring, so that r - m is exact.
+        c[1] = match (s > 0.0, opts.scale_by_std) {
+            (false, _) => 0.0,
+            (true, true) => s + opts.eps,
+            (true, false) => 1.0,
+        };
     }
     let advantages = group_ids
         .iter()
@@ -220,7 +229,8 @@ fn alloc<T: Clone>(len: usize, value: T) -> Result<Vec<T>> {
 mod tests {
     use super::*;
 
-    const OPTS: AdvantageOptions = AdvantageOptions { eps: 1e-6, ddof: 1 };
+    const OPTS: AdvantageOptions = AdvantageOptions { eps: 1e-6, ddof: 1, scale_by_std: true };
+    const CENTRE: AdvantageOptions = AdvantageOptions { scale_by_std: false, ..OPTS };
 
     fn adv(ids: &[i64], r: &[f64], g: usize, opts: AdvantageOptions) -> Advantages {
         group_advantages(ids, r, g, opts).unwrap()
@@ -241,8 +251,16 @@ mod tests {
     }
 
     #[test]
+    fn without_std_scaling_advantages_are_centred_rewards() {
+        let a = adv(&[0, 0, 0, 0, 1, 1, 2], &[1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 9.0], 3, CENTRE);
+        assert_eq!(a.advantages, vec![-1.5, -0.5, 0.5, 1.5, 0.0, 0.0, 0.0]);
+        let scaled = adv(&[0, 0, 0, 0, 1, 1, 2], &[1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 9.0], 3, OPTS);
+        assert_eq!(a.stats, scaled.stats); // the same groups, only the division differs
+    }
+
+    #[test]
     fn ddof_zero_uses_population_std() {
-        let a = adv(&[0, 0], &[0.0, 2.0], 1, AdvantageOptions { eps: 1e-6, ddof: 0 });
+        let a = adv(&[0, 0], &[0.0, 2.0], 1, AdvantageOptions { eps: 1e-6, ddof: 0, scale_by_std: true });
         assert_eq!(a.stats.std, vec![1.0]);
         assert!((a.advantages[0] + 1.0 / (1.0 + 1e-6)).abs() < 1e-15);
     }
@@ -295,10 +313,10 @@ mod tests {
         assert!(matches!(bad(&[0, -1], 2, OPTS), KernelError::InvalidArgument { name: "group_ids", .. }));
         assert!(matches!(bad(&[0, 2], 2, OPTS), KernelError::InvalidArgument { name: "group_ids", .. }));
         for eps in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
-            let opts = AdvantageOptions { eps, ddof: 1 };
+            let opts = AdvantageOptions { eps, ..OPTS };
             assert!(matches!(bad(&[0, 0], 1, opts), KernelError::InvalidArgument { name: "eps", .. }));
         }
-        let opts = AdvantageOptions { eps: 1e-6, ddof: 2 };
+        let opts = AdvantageOptions { ddof: 2, ..OPTS };
         assert!(matches!(bad(&[0, 0], 1, opts), KernelError::InvalidArgument { name: "ddof", .. }));
         assert!(matches!(bad(&[0], 1, OPTS), KernelError::ShapeMismatch { what: "rewards", .. }));
         assert!(matches!(

@@ -36,11 +36,11 @@ fn stats_to_py(py: Python<'_>, s: k::GroupStats) -> Stats<'_> {
     )
 }
 
-fn options(eps: f64, ddof: i64) -> PyResult<k::AdvantageOptions> {
+fn options(eps: f64, ddof: i64, scale_by_std: bool) -> PyResult<k::AdvantageOptions> {
     let ddof = u32::try_from(ddof).map_err(|_| {
         to_py_kernel(k::KernelError::InvalidArgument { name: "ddof", msg: format!("must be 0 or 1, got {ddof}") })
     })?;
-    Ok(k::AdvantageOptions { eps, ddof })
+    Ok(k::AdvantageOptions { eps, ddof, scale_by_std })
 }
 
 #[pyfunction]
@@ -63,8 +63,9 @@ fn group_advantages<'py>(
     num_groups: i64,
     eps: f64,
     ddof: i64,
+    scale_by_std: bool,
 ) -> PyResult<(Bound<'py, PyArray1<f64>>, Stats<'py>)> {
-    let (ids, rewards, opts) = (slice(&group_ids), slice(&rewards), options(eps, ddof)?);
+    let (ids, rewards, opts) = (slice(&group_ids), slice(&rewards), options(eps, ddof, scale_by_std)?);
     let num_groups = usize::try_from(num_groups).map_err(|_| {
         let msg = format!("must be >= 0, got {num_groups}");
         to_py_kernel(k::KernelError::InvalidArgument { name: "num_groups", msg })
@@ -83,9 +84,10 @@ fn compute_advantages<'py>(
     rewards: PyReadonlyArray1<'py, f64>,
     eps: f64,
     ddof: i64,
+    scale_by_std: bool,
 ) -> PyResult<(Bound<'py, PyArray1<i64>>, usize, Bound<'py, PyArray1<f64>>, Stats<'py>)> {
     let (env, agent, turn, rewards) = (slice(&env), slice(&agent), slice(&turn), slice(&rewards));
-    let opts = options(eps, ddof)?;
+    let opts = options(eps, ddof, scale_by_std)?;
     let (g, a) = run_detached(py, || k::compute_advantages(&env, &agent, &turn, &rewards, opts).map_err(to_py_kernel))?;
     let ids = PyArray1::from_vec(py, g.ids);
     Ok((ids, g.num_groups, PyArray1::from_vec(py, a.advantages), stats_to_py(py, a.stats)))
