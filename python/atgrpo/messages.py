@@ -14,11 +14,13 @@ from typing import Annotated
 
 import msgspec
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """2: a weights reply is several messages (`WeightsHeader.chunk` / `chunks`); a v1 actor would take
 the first chunk for the whole set, so it is refused at `Hello`. 3: `WeightsRequest.chunk` (a v2 hub
 would answer a one-chunk request with the whole reply) and `UnitProgress` (a v2 hub would refuse it
-and the actor would drop its unit); both refused at `Hello` instead."""
+and the actor would drop its unit); both refused at `Hello` instead. 4: `Welcome.run_nonce` (a v3
+actor would look for the weight store's versions outside the session's folder, wait for markers
+that never come and fetch every version from the hub)."""
 
 
 class GroupKey(msgspec.Struct, frozen=True, array_like=True):
@@ -70,11 +72,19 @@ class Hello(msgspec.Struct, tag="hello"):
     policies: list[str]
 
 
+NO_NONCE = "no-nonce"
+"""The run nonce of a hub without a weight store, and of a store used outside a training run (a
+benchmark, a test), where writer and readers are built together; a learner's store makes its own."""
+
+
 class Welcome(msgspec.Struct, tag="welcome"):
     """Hub -> actor, answer to `Hello`: the current version of every policy."""
 
     run_id: str
     versions: dict[str, int]
+    run_nonce: str = NO_NONCE
+    """This learner session's nonce (`transport.weight_store.new_run_nonce`): the weight store's
+    folder of the session and every version's marker carry it, and the actor reads only those."""
 
 
 class Refused(msgspec.Struct, tag="refused"):
@@ -281,6 +291,9 @@ class WeightsMarker(msgspec.Struct):
     chunks: int
     nbytes: int
     """Bytes of the chunk files together (padding included)."""
+    run_nonce: str
+    """The writing session's nonce (`Welcome.run_nonce`); a reader of another session never reads
+    the version. Required: a marker without it (an older writer) does not decode, so is not read."""
 
 
 Message = (

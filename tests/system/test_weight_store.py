@@ -18,7 +18,7 @@ from atgrpo.messages import Refused, WeightsRequest
 from atgrpo.transport import weight_store
 from atgrpo.transport.errors import UnexpectedReply
 from atgrpo.transport.tensors import weights_to_messages
-from atgrpo.transport.weight_store import MARKER, StoreReader, WeightStore, version_dir
+from atgrpo.transport.weight_store import MARKER, NO_NONCE, StoreReader, WeightStore, session_dir, version_dir
 
 CHUNKS = 3
 
@@ -36,6 +36,11 @@ def hub_bytes(hub) -> float:
     return hub.metrics()["transport/weights_bytes"]
 
 
+def vdir(root: Path, version: int) -> Path:
+    """Where a store made by `with_store` (a bench's or a test's: `NO_NONCE`) puts "shared" at `version`."""
+    return version_dir(session_dir(root, RUN, NO_NONCE), "shared", version)
+
+
 def with_store(make_hub, root: Path, **kw):
     hub = make_hub(**kw)
     hub.store = WeightStore(root, RUN)
@@ -45,7 +50,7 @@ def with_store(make_hub, root: Path, **kw):
 def test_actors_read_the_store_and_no_weights_leave_the_hub(make_hub, connect, tmp_path: Path) -> None:
     hub = with_store(make_hub, tmp_path / "store")
     hub.publish("shared", 1, weights(1))
-    assert (version_dir(tmp_path / "store", RUN, "shared", 1) / MARKER).is_file()
+    assert (vdir(tmp_path / "store", 1) / MARKER).is_file()
     readers = [StoreReader(tmp_path / "store", RUN, wait_s=0.0) for _ in range(4)]
     for i, reader in enumerate(readers):
         header, got = reader.fetch(connect(hub, f"a{i}"), "shared", 1)
@@ -56,7 +61,7 @@ def test_actors_read_the_store_and_no_weights_leave_the_hub(make_hub, connect, t
     assert one_copy <= hub.metrics()["hub/weights_store_bytes"] < one_copy * 1.01
     hub.publish("shared", 2, weights(2))
     hub.publish("shared", 3, weights(3))
-    held = sorted(d.name for d in (tmp_path / "store" / RUN / "shared").iterdir())
+    held = sorted(d.name for d in (vdir(tmp_path / "store", 0).parent).iterdir())
     assert held == ["v2", "v3"]  # keep_versions (2): older versions go
 
 
@@ -74,7 +79,7 @@ def test_a_writer_that_dies_mid_write_leaves_nothing_readable(make_hub, connect,
     monkeypatch.setattr(weight_store, "_write_file", dies_on_second_chunk)
     hub.publish("shared", 1, weights(1))  # the run goes on: the hub still serves the version
     assert hub.metrics()["hub/weights_store_failed"] == 1
-    assert not any((tmp_path / "store" / RUN / "shared").iterdir())  # no marker, no half a version in place
+    assert not any((vdir(tmp_path / "store", 0).parent).iterdir())  # no marker, no half a version in place
     reader = StoreReader(tmp_path / "store", RUN, wait_s=0.2)
     _, got = reader.fetch(connect(hub, "a"), "shared", 1)
     assert same(got, weights(1)) and reader.counters["store/versions_from_hub"] == 1
@@ -86,7 +91,7 @@ def test_a_corrupted_chunk_is_refetched_from_the_hub_and_the_store_is_no_longer_
 ) -> None:
     hub = with_store(make_hub, tmp_path / "store", keep_versions=2)
     hub.publish("shared", 1, weights(1))
-    chunk = version_dir(tmp_path / "store", RUN, "shared", 1) / "chunk-1"
+    chunk = vdir(tmp_path / "store", 1) / "chunk-1"
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0xFF  # in the tensor's bytes: same size, same header, wrong crc32
     chunk.write_bytes(bytes(data))
@@ -108,7 +113,7 @@ def test_a_corrupted_chunk_is_refetched_from_the_hub_and_the_store_is_no_longer_
 def test_a_truncated_chunk_file_comes_from_the_hub(make_hub, connect, tmp_path: Path) -> None:
     hub = with_store(make_hub, tmp_path / "store")
     hub.publish("shared", 1, weights(1))
-    chunk = version_dir(tmp_path / "store", RUN, "shared", 1) / "chunk-2"
+    chunk = vdir(tmp_path / "store", 1) / "chunk-2"
     chunk.write_bytes(chunk.read_bytes()[: 1 << 20])  # e.g. a copy still on its way to this host
     reader = StoreReader(tmp_path / "store", RUN, wait_s=0.0)
     _, got = reader.fetch(connect(hub, "a"), "shared", 1)
@@ -180,6 +185,6 @@ def test_a_restarted_writer_clears_the_versions_of_its_earlier_session(
 ) -> None:
     first = WeightStore(tmp_path, RUN)
     first.write("shared", 5, weights_to_messages("shared", 5, weights(5)))
-    assert (version_dir(tmp_path, RUN, "shared", 5) / MARKER).is_file()
+    assert (vdir(tmp_path, 5) / MARKER).is_file()
     WeightStore(tmp_path, RUN)  # a v5 of the new session may hold other weights: the old one must go
-    assert not version_dir(tmp_path, RUN, "shared", 5).exists()
+    assert not vdir(tmp_path, 5).exists()

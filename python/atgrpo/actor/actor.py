@@ -121,9 +121,15 @@ class Actor:
         self.rejoins = 0
         self.sampling = training_sampling(cfg.rollout)
         self.store = (
-            StoreReader(tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s) if tp.weights_store else None
+            # A write still under way is waited for half a lease at most: reading must fit in the rest.
+            StoreReader(
+                tp.weights_store, cfg.run.name, wait_s=tp.weights_store_wait_s, write_wait_s=tp.unit_timeout_s / 2
+            )
+            if tp.weights_store
+            else None
         )
-        """Weights read from the shared store, the hub as the fallback (`transport.weight_store`)."""
+        """Weights read from the shared store, the hub as the fallback (`transport.weight_store`); it
+        reads the versions of the learner session each `Welcome` names (`_join`)."""
         self._told_hub = 0.0
         """When the hub last heard about the unit in hand (lease granted, batch or progress sent)."""
 
@@ -141,6 +147,11 @@ class Actor:
             raise ActorError(f"hub refused Hello: {welcome.reason}")
         if not isinstance(welcome, Welcome):
             raise ActorError(f"expected welcome, got {type(welcome).__name__}")
+        if self.store is not None:
+            try:
+                self.store.join(welcome.run_nonce)  # a restarted learner is a new session, its versions new
+            except ValueError as exc:
+                raise ActorError(f"hub's welcome: {exc}") from None
         return welcome
 
     def _rejoin(self, cause: TransportTimeout) -> None:

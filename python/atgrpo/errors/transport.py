@@ -97,6 +97,13 @@ class ChecksumMismatch(WeightsError):
     reason = "checksum"
 
 
+class ForeignWeights(WeightsError):
+    """A weight-store version whose marker names another run's nonce (`messages.WeightsMarker.run_nonce`):
+    its files may pass every check and still be another run's weights, so it is never read."""
+
+    reason = "foreign_weights"
+
+
 # ---- endpoints ----
 
 
@@ -140,6 +147,7 @@ __all__ = [
     "AddressError",
     "ChecksumMismatch",
     "CurveKeyError",
+    "ForeignWeights",
     "FrameCountMismatch",
     "InsecureEndpointError",
     "InvalidMessage",

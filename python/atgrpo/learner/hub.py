@@ -10,6 +10,8 @@ The parts, one concern each:
 - `hub_rounds.py`: rounds, units and leases (a lease expires after `unit_timeout_s` without
   progress, weights arriving at its actor included);
 - `hub_weights.py`: the per-version reply cache `publish` fills, and the transfers in flight;
+- `transport/store_writer.py`: the weight store's writes, in their own thread, when the hub has a
+  `StoreWriter` (the learner's case; a bare `WeightStore` is written inside `publish`);
 - `hub_loop.py`: the message loop: handshake, unit assignment, intake checks and cut-offs;
 - this module: the learner's side.
 
@@ -42,8 +44,9 @@ from atgrpo.learner.intake import IntakeLimits
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.messages import Sample
 from atgrpo.transport.endpoints import HubEndpoint
+from atgrpo.transport.store_writer import StoreWriter
 from atgrpo.transport.tensors import weights_to_messages
-from atgrpo.transport.weight_store import WeightStore
+from atgrpo.transport.weight_store import NO_NONCE, WeightStore
 from atgrpo.units import cut_units
 
 log = logging.getLogger("atgrpo.hub")
@@ -51,6 +54,9 @@ log = logging.getLogger("atgrpo.hub")
 MAX_REFUSED_UNITS = 3
 """Refused units after which an actor is cut off. An honest actor has none (its samples are what a
 unit asks for), so three leave room for one odd bug report and still stop a peer sending garbage."""
+FEW_ACTORS = 4
+"""Actors a hub serves weights to without a word: past this, with no weight store, it warns once
+(each version leaves rank 0 once per actor, through one ZeroMQ I/O thread)."""
 
 
 class Hub(HubLoop):
@@ -64,7 +70,7 @@ class Hub(HubLoop):
         keep_versions: int = 1,
         retry_after_s: float = 0.05,
         max_refused_units: int = MAX_REFUSED_UNITS,
-        store: WeightStore | None = None,
+        store: WeightStore | StoreWriter | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
@@ -78,7 +84,9 @@ class Hub(HubLoop):
         self.keep_versions = max(1, keep_versions)
         self.retry_after_s = retry_after_s
         self.store = store
-        """Where `publish` also writes each version for actors to read (`transport.weights_store`)."""
+        """Where `publish` also writes each version for actors to read (`transport.weights_store`):
+        a `StoreWriter` in the background, a bare `WeightStore` before the version is current."""
+        self._warned_hub_weights = False
         self.counters: Counter[str] = Counter({"units_refused": 0, "samples_dropped": 0, "peers_cut_off": 0})
         self.rejected: Counter[str] = Counter()
         """Intake refusals by reason (the ledger counts its own)."""
@@ -108,10 +116,14 @@ class Hub(HubLoop):
         """Make `policy` at `version` fetchable and current: from now on units name it, and the
         ledger admits samples against it. Versions beyond `keep_versions` are dropped. The one place
         a version changes while actors run. `tensors` must not be written to afterwards (their
-        memory is sent as it is, `hub_weights`). With a `store`, the version is written there first
-        (`transport.weight_store`); the hub still serves it, whole or by chunk, as the fallback."""
+        memory is sent as it is, `hub_weights`). With a `StoreWriter`, the version is queued for the
+        store and becomes readable there when complete (`transport.store_writer`); with a bare
+        `WeightStore`, it is written there first. Either way the hub also serves it, whole or by
+        chunk, as the fallback."""
         messages = weights_to_messages(policy, version, tensors)  # checksums once, reused for every actor
-        if self.store is not None:
+        if isinstance(self.store, StoreWriter):
+            self.store.submit(policy, version, messages)
+        elif self.store is not None:
             # Before the version becomes current: a unit that names it finds its marker written.
             try:
                 written = self.store.write(policy, version, messages)
@@ -124,6 +136,31 @@ class Hub(HubLoop):
         with self._lock:
             self.ledger.set_version(policy, version)
             self._weights.put(policy, version, messages)
+            self._warn_hub_weights()
+
+    @property
+    def run_nonce(self) -> str:
+        """The learner session's nonce actors are welcomed with: the one its weight store writes under."""
+        return self.store.run_nonce if self.store is not None else NO_NONCE
+
+    def _warn_hub_weights(self) -> None:
+        """Once, when the hub serves weights to more than `FEW_ACTORS` actors (module docstring of
+        `transport.weight_store`: N actors, N copies). Called under the lock."""
+        if self.store is not None or self._warned_hub_weights or len(self.actors) <= FEW_ACTORS:
+            return
+        per_version = self._weights.newest_bytes()
+        if not per_version:
+            return
+        self._warned_hub_weights = True
+        each = ", ".join(f"{p} {b / 1e9:.2f} GB" for p, b in sorted(per_version.items()))
+        log.warning(
+            "weights come from the hub to %d actors: each new version leaves rank 0 once per actor (%s a "
+            "version, about %.1f GB a step in all); set transport.weights_store to a folder every host "
+            "mounts so it leaves once",
+            len(self.actors),
+            each,
+            len(self.actors) * sum(per_version.values()) / 1e9,
+        )
 
     def open_round(
         self,
@@ -134,16 +171,29 @@ class Hub(HubLoop):
         split: str,
         greedy: bool,
         restored: list[CommittedUnit] | None = None,
+        first_env: int = 0,
     ) -> int:
         """Queue a step's (or an evaluation's) seeds as units; returns the round's id. `restored`:
-        units of this step committed before a restart (from `untaken`), which are not rolled out again."""
+        units of this step committed before a restart (from `untaken`), which are not rolled out again.
+        `first_env` > 0: a refill of a step whose own round is closed (`learner.refill`), its envs
+        numbered after the step's; counted in `hub/refill_units` and `hub/refill_envs`."""
         with self._lock:
             if any(r.step == step and r.split == split for r in self._rounds.values()):
                 raise RuntimeError(f"a {split} round for step {step} is already open")
             units = cut_units(
-                self._next_unit, step, seeds, envs_per_unit, split=split, versions=self.ledger.versions, greedy=greedy
+                self._next_unit,
+                step,
+                seeds,
+                envs_per_unit,
+                split=split,
+                versions=self.ledger.versions,
+                greedy=greedy,
+                first_env=first_env,
             )
             self._next_unit += len(units)
+            if first_env:
+                self.counters["refill_units"] += len(units)
+                self.counters["refill_envs"] += len(seeds)
             rnd = Round(self._next_round, step, split, deque(units), total=len(units))
             self._next_round += 1
             by_offset = {u.unit.env_offset: u for u in restored or [] if u.unit.step == step}
@@ -257,6 +307,8 @@ class Hub(HubLoop):
         self._stopping = "closed"
         self._thread.join(timeout=5.0)
         self.endpoint.close()
+        if isinstance(self.store, StoreWriter):
+            self.store.close()
 
     def metrics(self) -> dict[str, float]:
         with self._lock:
@@ -267,7 +319,9 @@ class Hub(HubLoop):
             out.update({k: float(v) for k, v in self.endpoint.counters.items()})
             out.update({k: float(v) for k, v in self.endpoint.weights_sent.items()})
             out["hub/actors"] = float(len(self.actors))
+        if isinstance(self.store, StoreWriter):
+            out.update(self.store.metrics())
         return out
 
 
-__all__ = ["MAX_REFUSED_UNITS", "CommittedUnit", "Hub", "StepData"]
+__all__ = ["FEW_ACTORS", "MAX_REFUSED_UNITS", "CommittedUnit", "Hub", "StepData"]

@@ -87,6 +87,13 @@ class HubLoop:
     _stopping: str | None
     _error: BaseException | None
 
+    @property
+    def run_nonce(self) -> str:
+        raise NotImplementedError  # `Hub.run_nonce`
+
+    def _warn_hub_weights(self) -> None:
+        raise NotImplementedError  # `Hub._warn_hub_weights`
+
     def _serve(self) -> None:
         try:
             while self._stopping != "closed":
@@ -134,7 +141,8 @@ class HubLoop:
             if msg.run_id != self.ledger.run_id:
                 self.counters["refused_other_run"] += 1
                 return Refused(f"run {msg.run_id!r} is not this run ({self.ledger.run_id!r})")
-            return Welcome(run_id=self.ledger.run_id, versions=dict(self.ledger.versions))
+            self._warn_hub_weights()
+            return Welcome(run_id=self.ledger.run_id, versions=dict(self.ledger.versions), run_nonce=self.run_nonce)
         if isinstance(msg, WorkRequest):
             return self._assign(peer, msg.actor_id)
         if isinstance(msg, SampleBatch):

@@ -40,6 +40,14 @@ class WeightsCache:
         for old in sorted(versions)[: -self.keep_versions]:
             del versions[old]
 
+    def newest_bytes(self) -> dict[str, int]:
+        """policy -> bytes of its newest held version's reply (headers included)."""
+        return {
+            p: sum(memoryview(f).nbytes for m in versions[max(versions)] for f in m)
+            for p, versions in self._replies.items()
+            if versions
+        }
+
     def reply(self, req: WeightsRequest) -> Messages | Refused:
         """The reply to `req` (version -1: the newest held; `chunk` >= 0: that chunk message only), or
         `Refused` naming what is held."""

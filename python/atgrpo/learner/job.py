@@ -58,7 +58,8 @@ from atgrpo.paths import checkpoints_dir, out_dir, policy_dir
 from atgrpo.placement import pin
 from atgrpo.transport.endpoints import HubEndpoint, private_ipc_address
 from atgrpo.transport.security import require_keys
-from atgrpo.transport.weight_store import WeightStore
+from atgrpo.transport.store_writer import StoreWriter
+from atgrpo.transport.weight_store import WeightStore, check_nonce, new_run_nonce
 
 log = logging.getLogger("atgrpo.learner")
 
@@ -135,7 +136,7 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     require_keys(bind, tp.curve_keys, tp.insecure, "hub")
     endpoint = HubEndpoint(bind, max_message_bytes=tp.max_message_bytes, curve_keys=tp.curve_keys)
     ledger = VersionLedger(cfg.run.name, dict(state.versions), cfg.train.max_staleness)
-    store = WeightStore(tp.weights_store, cfg.run.name, cfg.train.max_staleness + 2) if tp.weights_store else None
+    store = _weight_store(cfg)
     hub = Hub(
         endpoint,
         ledger,
@@ -162,6 +163,32 @@ def _run(cfg: RunConfig, address: str | None, prepare: Prepare) -> RunSummary | 
     (out_dir(cfg) / "eval.json").write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2))
     emit(summary)
     return summary
+
+
+STORE_SESSION = "weights_store_session"
+"""out_dir file: the run nonce of the last learner session that wrote to `transport.weights_store`,
+whose folder the next session (a resume, a restart) removes; never another out_dir's session."""
+
+
+def _weight_store(cfg: RunConfig) -> StoreWriter | None:
+    """This learner session's weight store (`transport.weights_store`), written in the background:
+    under a fresh run nonce (`transport.weight_store`: a resume's versions are not the earlier
+    session's), with the earlier session's folder of this out_dir removed."""
+    tp = cfg.transport
+    if not tp.weights_store:
+        return None
+    record = out_dir(cfg) / STORE_SESSION
+    previous = record.read_text().strip() if record.is_file() else None
+    try:
+        previous = check_nonce(previous) if previous else None
+    except ValueError:
+        log.warning("weight store: %s holds no run nonce; the earlier session's folder is left", record)
+        previous = None
+    nonce = new_run_nonce()
+    store = WeightStore(tp.weights_store, cfg.run.name, cfg.train.max_staleness + 2, run_nonce=nonce, replaces=previous)
+    record.write_text(nonce + "\n")
+    log.info("weight store: this session writes to %s", store.session)
+    return StoreWriter(store)
 
 
 def intake_limits(cfg: RunConfig, trainer: Trainer) -> IntakeLimits:

@@ -5,27 +5,36 @@ leaving rank 0's NIC every step. A directory every host mounts (NFS, Lustre, GPF
 mount) takes one copy from rank 0 and serves the N reads from the storage system. Nothing depends on
 another actor, so actors joining or dying mid-transfer change nothing for the others.
 
-Layout: `<root>/<run_id>/<policy>/v<version>/` holds `chunk-<i>` files, one per chunk message of the
-hub's reply (`weights_to_messages`, the same headers, checksums included), and `COMPLETE`, the
-marker. A file is `u64 header length | header msgpack | the tensors' raw bytes in header order`,
-the header and every tensor padded to `ALIGN` bytes, so a reader maps the file (private,
-copy-on-write) and takes each tensor in place: reading a version costs its checks, not a copy.
+Layout: `<root>/<run_id>/<run_nonce>/<policy>/v<version>/` holds `chunk-<i>` files, one per chunk
+message of the hub's reply (`weights_to_messages`, the same headers, checksums included), and
+`COMPLETE`, the marker. A file is `u64 header length | header msgpack | the tensors' raw bytes in
+header order`, the header and every tensor padded to `ALIGN` bytes, so a reader maps the file
+(private, copy-on-write) and takes each tensor in place: reading a version costs its checks, not a copy.
 
 Invariants:
-- One writer (`WeightStore`, learner rank 0). A version is written to a temporary directory, each
-  file closed before the next, the marker last, then the directory renamed into place: a reader that
-  sees `COMPLETE` sees every chunk whole (close-to-open consistency on NFS; coherent filesystems and
-  one host's page cache give it anyway). A writer that dies mid-write leaves only a `.tmp-`
-  directory, which no reader opens. The writer clears `<root>/<run_id>` when it starts, so a version
-  number reused after a restart never names files of an earlier session. Nothing is fsynced: a crash
-  of rank 0's host ends in that clearing, and a chunk a storage fault damaged fails its crc32.
+- A version belongs to one learner session. `run_nonce` is made once per start of learner rank 0
+  (`new_run_nonce`; a resume gets a new one: its versions restart from the checkpoint's, so they are
+  not the earlier session's), is in the session's folder and in every version's marker, and reaches
+  actors in the hub's `Welcome`. A reader reads only markers of its own nonce: a marker of another
+  (`ForeignWeights`) is never read, the version comes from the hub and the store is trusted no more.
+  So two runs with the same `run_id` and root at once never meet, whatever their version numbers.
+- One writer per session (`WeightStore`, learner rank 0; `store_writer.StoreWriter` calls it off the
+  training path). A version is written to a temporary directory, each file closed before the next,
+  the marker last, then the directory renamed into place: a reader that sees `COMPLETE` sees every
+  chunk whole (close-to-open consistency on NFS; coherent filesystems and one host's page cache give
+  it anyway). A writer that dies mid-write leaves only a `.tmp-` directory, which no reader opens.
+  A writer removes its own session's folder and the one it `replaces` (the session before it in the
+  same out_dir) when it starts, never another session's. Nothing is fsynced: a chunk a storage fault
+  damaged fails its crc32.
 - The store is never believed on its own: every chunk read goes through the same checks as a chunk
   from the hub (`WeightsAssembler`: order, sizes, crc32 of every tensor). A chunk that fails them,
   or cannot be read, is fetched from the hub instead (`WeightsRequest.chunk`); after a checksum
   failure the reader trusts the store no more for the rest of its life (`trusted`), and every later
   version comes from the hub whole.
 - The hub stays the source of truth and the fallback: a version whose marker does not appear within
-  `wait_s` (a slow shared filesystem, a store the actor cannot see) is fetched from the hub.
+  `wait_s` (a slow shared filesystem, a store the actor cannot see) is fetched from the hub. A
+  version still being written (its `.tmp-` directory is there) is waited for up to `write_wait_s`
+  more: with the write off the training path, a unit may name a version before its marker is down.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 import shutil
 import struct
 import time
@@ -43,9 +53,9 @@ from typing import Any
 import msgspec
 import torch
 
-from atgrpo.messages import WeightsHeader, WeightsMarker
+from atgrpo.messages import NO_NONCE, WeightsHeader, WeightsMarker
 from atgrpo.transport.codec import decode
-from atgrpo.transport.errors import ChecksumMismatch, TransportError, WeightsHeaderError
+from atgrpo.transport.errors import ChecksumMismatch, ForeignWeights, TransportError, WeightsHeaderError
 from atgrpo.transport.tensors import DTYPES, WeightsAssembler
 
 log = logging.getLogger("atgrpo.transport")
@@ -56,27 +66,59 @@ ALIGN = 64
 aligned for every dtype (`tensors._tensor` would otherwise copy them)."""
 _LEN = struct.Struct("<Q")
 _MAX_HEADER_BYTES = 64 * 1024 * 1024
+_NONCE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a nonce may be: it is a path component, and a reader takes it from the hub's `Welcome`."""
 
 
-def version_dir(root: str | os.PathLike[str], run_id: str, policy: str, version: int) -> Path:
-    return Path(root) / run_id / policy / f"v{version}"
+def new_run_nonce() -> str:
+    """A fresh nonce for one learner session (96 random bits: two sessions never draw the same)."""
+    return uuid.uuid4().hex[:24]
+
+
+def check_nonce(run_nonce: str) -> str:
+    if not _NONCE.fullmatch(run_nonce):
+        raise ValueError(f"weight store: run nonce {run_nonce[:80]!r} is not 1-64 of [A-Za-z0-9_-]")
+    return run_nonce
+
+
+def session_dir(root: str | os.PathLike[str], run_id: str, run_nonce: str) -> Path:
+    """The folder of one learner session's versions."""
+    return Path(root) / run_id / check_nonce(run_nonce)
+
+
+def version_dir(session: Path, policy: str, version: int) -> Path:
+    return session / policy / f"v{version}"
 
 
 class WeightStore:
-    """The writer, on learner rank 0. Not thread-safe (the learner's main thread publishes)."""
+    """The writer, on learner rank 0. Not thread-safe: one thread writes (the learner's main thread,
+    or the `StoreWriter`'s)."""
 
-    def __init__(self, root: str | os.PathLike[str], run_id: str, keep_versions: int = 2) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        run_id: str,
+        keep_versions: int = 2,
+        *,
+        run_nonce: str = NO_NONCE,
+        replaces: str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.run_id = run_id
+        self.run_nonce = check_nonce(run_nonce)
+        self.session = session_dir(root, run_id, run_nonce)
         self.keep_versions = max(1, keep_versions)
         self.bytes_written = 0
-        shutil.rmtree(self.root / run_id, ignore_errors=True)  # an earlier session's versions must never be read
-        (self.root / run_id).mkdir(parents=True, exist_ok=True)
+        if replaces is not None and replaces != run_nonce:
+            # The session before this one in the same out_dir: nobody reads its versions any more.
+            shutil.rmtree(session_dir(root, run_id, replaces), ignore_errors=True)
+        shutil.rmtree(self.session, ignore_errors=True)  # a reused nonce (NO_NONCE): its old versions must go
+        self.session.mkdir(parents=True, exist_ok=True)
 
     def write(self, policy: str, version: int, messages: list[list[Any]]) -> int:
         """Write one version (the hub's chunk messages) and its marker; returns the bytes written.
         Versions of `policy` beyond the `keep_versions` newest are removed afterwards."""
-        final = version_dir(self.root, self.run_id, policy, version)
+        final = version_dir(self.session, policy, version)
         tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         total = 0
@@ -85,7 +127,7 @@ class WeightStore:
                 total += _write_file(tmp / f"chunk-{i}", frames)
             _write_file(
                 tmp / MARKER,
-                [msgspec.json.encode(WeightsMarker(policy, version, len(messages), total))],
+                [msgspec.json.encode(WeightsMarker(policy, version, len(messages), total, self.run_nonce))],
                 raw=True,
             )
             if final.exists():  # a version republished in this session (same number, same weights)
@@ -100,9 +142,7 @@ class WeightStore:
 
     def _prune(self, policy: str) -> None:
         held = sorted(
-            (int(d.name[1:]), d)
-            for d in (self.root / self.run_id / policy).iterdir()
-            if d.name[1:].isdigit() and d.name[0] == "v"
+            (int(d.name[1:]), d) for d in (self.session / policy).iterdir() if d.name[1:].isdigit() and d.name[0] == "v"
         )
         for _, old in held[: -self.keep_versions]:
             shutil.rmtree(old, ignore_errors=True)  # a reader still in it falls back to the hub
@@ -110,19 +150,24 @@ class WeightStore:
 
 class StoreReader:
     """The reader, in an actor: weights from the store, chunk by chunk, with the hub as the fallback.
-    `client` is the actor's `ActorClient` (its `request_weights` and `request_chunk`)."""
+    `client` is the actor's `ActorClient` (its `request_weights` and `request_chunk`). It reads the
+    session `run_nonce` names: the actor sets it from each `Welcome` (`join`)."""
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         run_id: str,
         *,
+        run_nonce: str = NO_NONCE,
         wait_s: float = 10.0,
+        write_wait_s: float = 60.0,
         poll_s: float = 0.02,
     ) -> None:
         self.root = Path(root)
         self.run_id = run_id
+        self.run_nonce = check_nonce(run_nonce)
         self.wait_s = wait_s
+        self.write_wait_s = write_wait_s
         self.poll_s = poll_s
         self.trusted = True
         self.counters: dict[str, int] = {
@@ -131,12 +176,27 @@ class StoreReader:
             "store/chunks_from_hub": 0,
             "store/versions_from_hub": 0,
             "store/bad_chunks": 0,
+            "store/foreign_versions": 0,
         }
+
+    def join(self, run_nonce: str) -> None:
+        """Read the versions of the learner session `run_nonce` from now on (a `Welcome`'s)."""
+        if run_nonce != self.run_nonce:
+            log.info("weight store: reading the versions of learner session %s", run_nonce)
+        self.run_nonce = check_nonce(run_nonce)
 
     def fetch(self, client: Any, policy: str, version: int) -> tuple[WeightsHeader, dict[str, torch.Tensor]]:
         """`policy` at `version` (>= 0), checked as the hub's reply would be."""
-        folder = version_dir(self.root, self.run_id, policy, version)
+        folder = version_dir(session_dir(self.root, self.run_id, self.run_nonce), policy, version)
         marker = self._marker(folder) if self.trusted else None
+        if marker is not None:
+            try:
+                self._check_owner(marker, folder)
+            except ForeignWeights as exc:
+                self.counters["store/foreign_versions"] += 1
+                self.trusted = False
+                log.error("%s; it comes from the hub, and so does everything after it", exc)
+                marker = None
         if marker is None or (marker.policy, marker.version) != (policy, version):
             self.counters["store/versions_from_hub"] += 1
             return client.request_weights(policy, version)
@@ -156,8 +216,16 @@ class StoreReader:
         header, tensors = got.result()
         return header, tensors
 
+    def _check_owner(self, marker: WeightsMarker, folder: Path) -> None:
+        """The one check that a version is this session's (module docstring)."""
+        if marker.run_nonce != self.run_nonce:
+            raise ForeignWeights(
+                f"weight store: {folder / MARKER} names run nonce {marker.run_nonce[:80]!r}, not this "
+                f"session's {self.run_nonce!r}: another run's weights, never read"
+            )
+
     def _marker(self, folder: Path) -> WeightsMarker | None:
-        deadline = time.monotonic() + self.wait_s
+        start = time.monotonic()
         while True:
             try:
                 return msgspec.json.decode((folder / MARKER).read_bytes(), type=WeightsMarker)
@@ -170,14 +238,15 @@ class StoreReader:
                     exc,
                 )
                 return None
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - start
+            if waited >= self.wait_s and not (waited < self.wait_s + self.write_wait_s and _being_written(folder)):
                 log.warning(
-                    "weight store: no %s within %.1f s; fetching from the hub",
+                    "weight store: no %s after %.1f s; fetching from the hub",
                     folder / MARKER,
-                    self.wait_s,
+                    waited,
                 )
                 return None
-            time.sleep(self.poll_s)
+            time.sleep(self.poll_s if waited < self.wait_s else max(self.poll_s, 0.2))  # listing costs more
 
     def _read_chunk(self, path: Path, policy: str, version: int, chunk: int) -> list[Any] | None:
         """The chunk's frames (header, then one writable buffer per tensor), or None if the file
@@ -251,6 +320,14 @@ class StoreReader:
             )
 
 
+def _being_written(folder: Path) -> bool:
+    """A write of this version is under way: its temporary directory (`WeightStore.write`) is there."""
+    try:
+        return any(folder.parent.glob(f".tmp-{folder.name}-*"))
+    except OSError:
+        return False
+
+
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -268,4 +345,13 @@ def _write_file(path: Path, frames: list[Any], raw: bool = False) -> int:
     return at
 
 
-__all__ = ["MARKER", "StoreReader", "WeightStore", "version_dir"]
+__all__ = [
+    "MARKER",
+    "NO_NONCE",
+    "StoreReader",
+    "WeightStore",
+    "check_nonce",
+    "new_run_nonce",
+    "session_dir",
+    "version_dir",
+]
