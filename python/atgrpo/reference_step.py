@@ -21,9 +21,11 @@ import torch
 
 from atgrpo.config import RunConfig
 from atgrpo.engines.factory import open_engine, rollout_dtype, training_sampling
-from atgrpo.learner.advantages import Advantages, step_advantages
+from atgrpo.learner.advantages import Advantages
 from atgrpo.learner.backends import LearnerBackend, make_backend
+from atgrpo.learner.objective import step_objective
 from atgrpo.learner.packing import plan_step
+from atgrpo.learner.proximal import train_policy_step
 from atgrpo.learner.trainer import loss_config
 from atgrpo.messages import EnvResult, Sample
 from atgrpo.models.folder import load_model, load_tokenizer
@@ -40,7 +42,7 @@ class StepResult:
     envs: list[EnvResult]
     advantages: Advantages
     metrics: dict[str, float] = field(default_factory=dict)
-    """`learner/<policy>/*` of each policy's last optimizer step, and `time/*` of the step."""
+    """`learner/<policy>/*` of each policy's last optimizer step, `advantage/*` and `time/*` of the step."""
 
 
 @dataclass
@@ -79,14 +81,16 @@ class ReferenceRun:
         )
         t1 = time.perf_counter()
 
-        # 2. Advantages: GRPO within each group (env, agent, turn), or per env over whole episodes.
-        adv = step_advantages(samples, ro.grouping)
+        # 2. Advantages: GRPO within each group (env, agent, turn), or per env over whole episodes,
+        #    of the shaped rewards; constant groups leave the step under drop_constant_groups.
+        objective = step_objective(samples, cfg)
+        trained, advantages = objective.trained(samples)
 
         # 3. Micro-batches: each policy trains only on the samples of its own roles.
         torch.set_num_threads(self.train_threads or os.cpu_count() or 1)
         (plan,) = plan_step(
-            samples,
-            adv.values,
+            trained,
+            advantages,
             policies=sorted(self.backends),
             pad_ids=self.pad_ids,
             world=1,
@@ -94,13 +98,14 @@ class ReferenceRun:
             max_tokens=tr.micro_batch_tokens,
             aggregation=tr.loss_aggregation,
             share_prefix=tr.share_prefix,
+            response_budget=ro.longest_response,
         )
 
-        # 4. Update: one optimizer step per mini-batch (token-level PPO clip over the mini-batch).
+        # 4. Update: one optimizer step per mini-batch (PPO clip over the mini-batch; pipelined,
+        #    against the proximal policy: the learner before the step's first update).
         metrics: dict[str, float] = {}
         for p, backend in self.backends.items():
-            for opt_step in plan.steps[p]:
-                out = backend.train_step(opt_step.micro_batches, opt_step.total_tokens)
+            out = train_policy_step(backend, plan.steps[p], decoupled=tr.max_staleness > 0)
             self.versions[p] += 1
             metrics.update({f"learner/{p}/{k}": v for k, v in out.items()})
             metrics[f"learner/{p}/version"] = float(self.versions[p])
@@ -113,7 +118,8 @@ class ReferenceRun:
         metrics.update(
             {"time/rollout_s": t1 - t0, "time/learner_s": t2 - t1, "time/sync_s": t3 - t2, "time/step_s": t3 - t0}
         )
-        return StepResult(samples, envs, adv, metrics)
+        metrics.update(objective.metrics())
+        return StepResult(samples, envs, objective.advantages, metrics)
 
     def close(self) -> None:
         self.workflow.close()

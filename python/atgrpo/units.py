@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 SEED_BASE = 0
 """Training seeds of step s are SEED_BASE + s * envs_per_step + i (warm-start demos use a disjoint range)."""
+REFILL_SEED_BASE = 1 << 41
+"""Refill envs of step s (`learner.refill`) are REFILL_SEED_BASE + s * rollout.refill_max_envs + j:
+disjoint from every step's own seeds and from the warm-start demos' (`warmstart.demos`, from 1 << 40)."""
 EVAL_UNIT_SCALE = 4
 """Evaluation units hold this many times `rollout.envs_per_unit` envs: greedy units keep no samples
 and run one branch per env, so a larger unit costs no more memory than a training one."""
@@ -30,6 +33,13 @@ and run one branch per env, so a larger unit costs no more memory than a trainin
 def step_seeds(envs_per_step: int, step: int) -> list[int]:
     """The training env seeds of `step` (split "train")."""
     return [SEED_BASE + step * envs_per_step + i for i in range(envs_per_step)]
+
+
+def refill_seeds(step: int, first: int, count: int, max_envs: int) -> list[int]:
+    """Refill envs `first`..`first + count - 1` of `step` (split "train"), of at most `max_envs` a step."""
+    if first + count > max_envs:
+        raise ValueError(f"step {step}: refill envs up to {first + count} exceed the cap of {max_envs}")
+    return [REFILL_SEED_BASE + step * max_envs + first + j for j in range(count)]
 
 
 def eval_seeds(count: int) -> list[int]:
@@ -46,11 +56,13 @@ def cut_units(
     split: str,
     versions: dict[str, int],
     greedy: bool,
+    first_env: int = 0,
 ) -> list[WorkUnit]:
     """`seeds` cut into units of at most `envs_per_unit` envs, ids counting up from `first_unit_id`.
 
-    `env_offset` is a unit's first env's index within the step, so group keys never collide across
-    units and a step's samples sort the same way whoever rolled them out."""
+    `env_offset` is a unit's first env's index within the step (counting from `first_env`: a
+    refill's envs follow the step's own), so group keys never collide across units and a step's
+    samples sort the same way whoever rolled them out."""
     if envs_per_unit < 1:
         raise ValueError(f"envs_per_unit must be >= 1, got {envs_per_unit}")
     return [
@@ -58,7 +70,7 @@ def cut_units(
             unit_id=first_unit_id + i,
             step=step,
             seeds=list(seeds[lo : lo + envs_per_unit]),
-            env_offset=lo,
+            env_offset=first_env + lo,
             split=split,
             versions=dict(versions),
             greedy=greedy,
@@ -114,11 +126,13 @@ def roll_out_units(
 
 __all__ = [
     "EVAL_UNIT_SCALE",
+    "REFILL_SEED_BASE",
     "SEED_BASE",
     "LocalRollout",
     "cut_units",
     "eval_seeds",
     "in_step_order",
+    "refill_seeds",
     "roll_out_units",
     "step_seeds",
     "unit_seed",

@@ -17,7 +17,7 @@ from atgrpo.models.folder import load_model
 from atgrpo.models.tiny import TinyModelSpec, build_tiny_model
 
 SPEC = TinyModelSpec(hidden_size=32, num_layers=1, intermediate_size=64, num_heads=2, num_kv_heads=1)
-LOSS = LossConfig(clip_eps=0.2)
+LOSS = LossConfig(clip_eps_low=0.2, clip_eps_high=0.2)
 LR = 1e-3
 WEIGHT_DECAY = 0.01
 EXTRA_CONFIG = {"zero_optimization": {"stage3_param_persistence_threshold": 0}}

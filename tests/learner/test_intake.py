@@ -339,9 +339,9 @@ def test_a_malformed_sample_reaching_plan_is_dropped_and_counted_not_raised() ->
     orch = orchestrator(limits())
     bad = sample(5, 1, 0, 1, response_ids=[4, VOCAB + 1])
     data = step_data([*group(4, 1, 0), sample(5, 1, 0, 0), bad])
-    plans, adv = orch.plan(data)
+    plans, objective = orch.plan(data)
     assert [(s.key, s.branch) for s in data.samples] == [(GroupKey(4, 1, 0), 0), (GroupKey(4, 1, 0), 1)]
-    assert len(data.staleness) == 2 and adv.values.shape == (2,)
+    assert len(data.staleness) == 2 and objective.advantages.values.shape == (2,)
     trained = [i for st in plans[0].steps["shared"] for mb in st.micro_batches for i in mb.sample_index]
     assert sorted(trained) == [0, 1]
     assert orch.metrics() == {
@@ -356,8 +356,8 @@ def test_a_step_the_packer_cannot_take_trains_on_nothing_instead_of_ending_the_r
     # the packer raises (SampleTooLongError); the step must still go on.
     orch = orchestrator(limits(micro_batch_tokens=1000), "train.micro_batch_tokens=4")
     data = step_data(group(4, 1, 0))
-    plans, adv = orch.plan(data)
-    assert data.samples == [] and adv.values.shape == (0,)
+    plans, objective = orch.plan(data)
+    assert data.samples == [] and objective.advantages.values.shape == (0,)
     assert all(st.micro_batches == [] for st in plans[0].steps["shared"])
     assert orch.metrics()["learner/dropped_unpackable"] == float(K)
 

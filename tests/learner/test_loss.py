@@ -42,7 +42,7 @@ def inputs(logp, behaviour, adv, weights, **extra) -> tuple[LossInputs, torch.Te
 def test_strict_ratio_inside_and_outside_the_clip_range():
     # ratios 1.1, 1.5, 0.5, 1.5 (behaviour 0, logp = ln r); clip 0.2 -> range [0.8, 1.2]
     x, logp = inputs(t([LN(1.1), LN(1.5), LN(0.5), LN(1.5)]), t([0.0] * 4), t([2.0, 2.0, -1.0, -1.0]), t([1.0] * 4))
-    out = ppo_clip_loss(x, LossConfig(clip_eps=0.2), total_tokens=4)
+    out = ppo_clip_loss(x, LossConfig(clip_eps_low=0.2, clip_eps_high=0.2), total_tokens=4)
     # token loss = -min(r * A, clip(r) * A):
     #   r 1.1, A +2: inside          -> -min(2.2, 2.2)   = -2.2
     #   r 1.5, A +2: above, clipped  -> -min(3.0, 2.4)   = -2.4

@@ -8,7 +8,8 @@ the program's budget would let every planner sample run on as long.
 The one place that resolves an agent's budget: the turn loop generates with it
 (`workflows.tree`), the learner's intake refuses a longer response (`learner.intake`), and the
 engines hold the longest budget of any agent in each sequence (`engines.factory.sequence_budget`,
-through `RolloutSection.longest_response`).
+through `RolloutSection.longest_response`). The overlong penalty (`rollout.overlong_buffer`) counts
+back from each agent's own budget, so the buffer must fit inside the smallest one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 def check_response_budgets(cfg: RunConfig) -> None:
     """ValueError for a `rollout.max_new_tokens_per_role` key that is neither a role of the task nor
-    one of its agents (called by `RunConfig`'s validation). The task's roles that this line-up does
+    one of its agents, or an `overlong_buffer` longer than an agent's budget (called by
+    `RunConfig`'s validation). The task's roles that this line-up does
     not field are let be, as in `role_policy`: one file may serve several line-ups."""
     allowed = TASK_ROLES[cfg.task.task][1]
     agents = [a.name for a in cfg.task.agents()]
@@ -32,6 +34,14 @@ def check_response_budgets(cfg: RunConfig) -> None:
         raise ValueError(
             f"rollout.max_new_tokens_per_role: {strangers} name no role of task {cfg.task.task} "
             f"(roles {sorted(allowed)}) and no agent of this team ({agents})"
+        )
+    buffer = cfg.rollout.overlong_buffer
+    too_short = {a: n for a, n in agent_max_new_tokens(cfg).items() if n < buffer}
+    if buffer and too_short:
+        raise ValueError(
+            f"rollout.overlong_buffer = {buffer} is longer than the response budget of {too_short} "
+            "(rollout.max_new_tokens, or its role's in max_new_tokens_per_role): the penalty would start "
+            "before the response does"
         )
 
 

@@ -180,7 +180,29 @@ class RolloutSection(Section):
     `max_new_tokens` (`atgrpo.config.budgets`)."""
     truncated_is_invalid: bool = True
     """A response cut off at `max_new_tokens` (no end-of-sequence token) is handed to the task as an
-    empty answer, i.e. scored as unparseable. False: the cut-off text is scored as it is."""
+    empty answer, i.e. scored as unparseable. False: the cut-off text is scored as it is. With
+    `overlong_buffer` set it defaults to False: the buffer's penalty replaces this one."""
+    overlong_buffer: int = Field(default=0, ge=0)
+    """DAPO's soft overlong penalty: a response within the last `overlong_buffer` tokens of its
+    budget (`max_new_tokens`, or its role's) loses `overlong_penalty * (length - (budget -
+    overlong_buffer)) / overlong_buffer` of its reward (the whole `overlong_penalty` at the budget),
+    before advantages (`learner.objective`). 0: off. At most the smallest agent budget."""
+    overlong_penalty: float = Field(default=1.0, ge=0.0)
+    """Reward a response at its full budget loses under `overlong_buffer` (DAPO: 1)."""
+    scale_advantages_by_std: bool = True
+    """GRPO's advantage (r - mean) / (std + eps) per group. False: r - mean only (Dr. GRPO), so a
+    group of nearly equal rewards is not scaled up."""
+    drop_constant_groups: bool = False
+    """DAPO's dynamic sampling: an advantage group of two or more samples whose rewards are all
+    equal (advantage 0 everywhere) leaves the step, the loss normaliser included, instead of
+    diluting every other group's update. Counted in `advantage/dropped_groups`."""
+    refill_groups: int = Field(default=0, ge=0)
+    """With `drop_constant_groups`: when a step holds fewer informative groups than this, further
+    envs are rolled out at the same policy versions until it does, or until `refill_max_envs`
+    extra envs were spent (`learner.refill`). 0: no refill."""
+    refill_max_envs: int | None = Field(default=None, ge=1)
+    """Most extra envs one step may roll out for `refill_groups`: the cap a refill needs (a step
+    whose groups are all constant would otherwise never end)."""
     sampling: Literal["tree", "parallel"] = "tree"
     """tree: branch K ways at every agent-turn and carry the selected branch on; parallel: K
     independent episodes per environment."""
@@ -237,6 +259,22 @@ class RolloutSection(Section):
         small = {r: n for r, n in self.max_new_tokens_per_role.items() if n < 1}
         if small:
             raise ValueError(f"rollout.max_new_tokens_per_role: every budget must be >= 1, got {small}")
+        if self.refill_groups and not self.drop_constant_groups:
+            raise ValueError(
+                "rollout.refill_groups needs rollout.drop_constant_groups: a refill replaces dropped groups"
+            )
+        if self.refill_groups and self.refill_max_envs is None:
+            raise ValueError(
+                "rollout.refill_groups needs rollout.refill_max_envs: without a cap on the extra envs, a step "
+                "whose groups stay constant (an untrained model, a task it always fails) would roll out forever"
+            )
+        if self.overlong_buffer:
+            if "truncated_is_invalid" in self.model_fields_set and self.truncated_is_invalid:
+                raise ValueError(
+                    "rollout.overlong_buffer replaces the hard truncation penalty: leave "
+                    "rollout.truncated_is_invalid unset (or false) when the buffer is set"
+                )
+            object.__setattr__(self, "truncated_is_invalid", False)
         return self
 
     @property
@@ -251,7 +289,17 @@ class TrainSection(Section):
     zero_stage: int = Field(default=1, ge=0, le=3)
     """DeepSpeed ZeRO stage, 0..3 (deepspeed backend only)."""
     clip_eps: float = Field(default=0.2, ge=0.0)
-    """PPO clip range: the per-token ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
+    """PPO clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (the shorthand for
+    `clip_eps_low` = `clip_eps_high` = clip_eps)."""
+    clip_eps_low: float | None = Field(default=None, ge=0.0, lt=1.0)
+    """Lower side of the clip range, [1 - clip_eps_low, ...]; None: `clip_eps`."""
+    clip_eps_high: float | None = Field(default=None, ge=0.0)
+    """Upper side of the clip range, [..., 1 + clip_eps_high] (DAPO's clip-higher: 0.28 against a
+    low side of 0.2); None: `clip_eps`. Never below the low side."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """token: one importance ratio per token (PPO, GRPO). sequence: GSPO's, one per sample, the
+    exp of the mean over its tokens of log(pi_theta / pi_old), clipped per sample (GSPO uses a
+    clip range of about 3e-4 / 4e-4 and `loss_aggregation = "seq_mean"`)."""
     grad_clip: float = Field(default=1.0, gt=0.0)
     """Largest global gradient norm; larger gradients are scaled down to it."""
     minibatches: int = Field(default=1, ge=1)
@@ -271,9 +319,11 @@ class TrainSection(Section):
     taken over chunks of this many response tokens, each chunk's logits recomputed in backward
     rather than kept. 0: every position's logits at once and kept for backward (the unchunked
     computation, several [tokens x vocab] fp32 copies; a reference for benchmarks)."""
-    loss_aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    loss_aggregation: Literal["token_mean", "seq_mean", "seq_mean_token_sum"] = "token_mean"
     """token_mean: every response token of the step weighs the same; seq_mean: every sample weighs the
-    same (its tokens averaged first)."""
+    same (its tokens averaged first); seq_mean_token_sum: Dr. GRPO's constant normaliser, each
+    sample's token losses summed and divided by the longest response budget
+    (`rollout.longest_response`), then averaged over samples: no length bias either way."""
     entropy_coef: float = Field(default=0.0, ge=0.0)
     """Weight of the entropy bonus subtracted from the loss (0: off)."""
     kl_coef: float = Field(default=0.0, ge=0.0)
@@ -301,6 +351,23 @@ class TrainSection(Section):
     @classmethod
     def _device_spec(cls, v: str) -> str:
         return _device(v, "train.device")
+
+    @model_validator(mode="after")
+    def _clip_range(self) -> "TrainSection":
+        low, high = self.clip_range
+        if high < low:
+            raise ValueError(
+                f"train.clip_eps_high ({high}) is below train.clip_eps_low ({low}): clip-higher widens the "
+                "upper side of the clip range, never narrows it below the lower one"
+            )
+        return self
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(low, high): the ratio is clipped to [1 - low, 1 + high]."""
+        low = self.clip_eps if self.clip_eps_low is None else self.clip_eps_low
+        high = self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+        return low, high
 
 
 class WarmstartSection(Section):
@@ -357,14 +424,18 @@ class TransportSection(Section):
     the port can then fetch the weights and submit samples. Logged as a warning."""
     weights_store: str | None = None
     """A directory learner rank 0 and every actor see (a shared filesystem on a cluster): rank 0
-    writes each version there once, marker last, and actors read it from there, so the bytes
-    leaving rank 0 per version do not grow with the number of actors (`transport.weight_store`,
-    docs/system.md). Every chunk is checked as the hub's would be; a chunk that fails comes from the
-    hub. The hub hears nothing from an actor while it reads, so `unit_timeout_s` must cover reading
-    one version. None: every actor fetches from the hub (the default, right for one host)."""
+    writes each version there once, in a background thread, marker last, and actors read it from
+    there once complete, so the bytes leaving rank 0 per version do not grow with the number of
+    actors (`transport.weight_store`, docs/system.md). Each learner session writes in a folder of
+    its own run nonce, so runs that share a name and this directory never read each other's
+    versions. Every chunk is checked as the hub's would be; a chunk that fails comes from the hub.
+    The hub hears nothing from an actor while it reads, so `unit_timeout_s` must cover reading one
+    version. Unset: `<run.out_dir>/weights` under `launch.backend = "ray"`, the hub on one host.
+    "" (empty): every actor fetches from the hub; past a few actors the hub warns once."""
     weights_store_wait_s: float = Field(default=10.0, ge=0.0)
     """Seconds an actor waits for a version's marker in `weights_store` (a shared filesystem may show
-    it late) before it fetches that version from the hub instead."""
+    it late) before it fetches that version from the hub instead. A version it sees being written
+    (the write runs beside training) is waited for up to half of `unit_timeout_s` more."""
 
 
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
@@ -383,9 +454,16 @@ class LaunchSection(Section):
     local Ray instance started for the run (so the same config runs on a laptop)."""
     ray_connect_timeout_s: float = Field(default=30.0, gt=0.0)
     """Seconds to reach the Ray cluster before the run stops with an error naming the address."""
-    ray_placement_timeout_s: float = Field(default=60.0, gt=0.0)
-    """Seconds the run's placement group may take to be reserved (and every process to start on
-    it) before the run stops with an error naming what was asked and what each node has."""
+    ray_placement_timeout_s: float = Field(default=300.0, gt=0.0)
+    """Seconds the run's placement group may take to be reserved before the run stops with an error
+    naming what was asked and what each node has. 300: an autoscaling cluster brings up nodes in
+    minutes."""
+    ray_host_start_timeout_s: float = Field(default=600.0, gt=0.0)
+    """Seconds a process's Ray host may take to start once its bundle is reserved: Ray starting a
+    worker for it, which on a cold cluster includes building its runtime_env (pip packages, the
+    working dir) and pulling its image. Past it the run stops with an error naming the process.
+    It also bounds the one-off tasks run on a node before the learner starts (asking a GPU node
+    for its memory, finding a spread learner's rendezvous port)."""
     ray_actor_gpus: float = Field(default=1.0, gt=0.0, le=1.0)
     """GPUs of each actor when `rollout.device` is a GPU: 1 a GPU of its own, 0.5 two actors on one."""
     ray_actor_cpus: float = Field(default=1.0, gt=0.0)

@@ -21,15 +21,23 @@ from atgrpo.learner.rows import Sequences, finish, token_weights
 from atgrpo.learner.shared_prefix import pack_shared_prefix
 from atgrpo.messages import Sample
 
-AGGREGATIONS = ("token_mean", "seq_mean")
+AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum")
 """"token_mean": every response token of the step counts once (the paper's choice); "seq_mean":
-each sample counts once and its tokens share its weight (no length bias)."""
+each sample counts once and its tokens share its weight (no length bias); "seq_mean_token_sum":
+every token counts once and the step divides by samples x the response budget, a constant per
+sample (Dr. GRPO: no length bias, and a long response's tokens are not weighed down)."""
 
 
-def loss_normalizer(samples: Sequence[Sample], aggregation: str) -> int:
-    """What the summed (weighted) token losses of a step are divided by: tokens or samples."""
+def loss_normalizer(samples: Sequence[Sample], aggregation: str, response_budget: int = 0) -> int:
+    """What the summed (weighted) token losses of a step are divided by: tokens, samples, or
+    samples x `response_budget` (the longest response any agent may give; needed by
+    "seq_mean_token_sum" only)."""
     if aggregation == "seq_mean":
         return len(samples)
+    if aggregation == "seq_mean_token_sum":
+        if response_budget < 1:
+            raise ValueError(f"seq_mean_token_sum needs a response budget >= 1, got {response_budget}")
+        return len(samples) * response_budget
     return sum(len(s.response_ids) for s in samples)
 
 
@@ -68,7 +76,7 @@ def pair_microbatches(
 def pack(seqs: Sequences, *, max_tokens: int, pad_id: int, aggregation: str, share_prefix: bool) -> list[MicroBatch]:
     """`seqs` as micro-batches in the layout asked for (see the module docstring)."""
     if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be 'token_mean' or 'seq_mean', got {aggregation!r}")
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
     n = len(seqs.prompts)
     if seqs.advantages.shape != (n,) or not np.isfinite(seqs.advantages).all():
         raise ValueError(

@@ -282,8 +282,9 @@ def _train_loop(
         metrics["time/step_s"] = time.monotonic() - step_start  # wall time, evaluations and checkpoints left out
         if rank0 is not None:
             assert rank0.orchestrator.last is not None
-            data, adv = rank0.orchestrator.last
-            metrics.update(adv.metrics())
+            data, objective = rank0.orchestrator.last
+            adv = objective.advantages
+            metrics.update(objective.metrics())
             rank0.signal.observe(state.step, data.samples, adv.values, metrics)
             metrics.update({"learner/groups": float(adv.num_groups), "learner/samples": float(len(data.samples))})
             metrics.update(rollout_metrics(data))

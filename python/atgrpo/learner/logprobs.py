@@ -93,13 +93,25 @@ def _prefix_rows(model: torch.nn.Module, mb: MicroBatch, head_mode: contextlib.A
         ).logits
 
 
+def response_logprobs(model: torch.nn.Module, mb: MicroBatch, temperature: float) -> torch.Tensor:
+    """[B, L-1] float32 log-probs of `mb`'s response tokens under `model` (0 off the loss mask):
+    what the loss scores, with or without a gradient (the proximal pass, `learner.proximal`)."""
+    logp, _ = token_logprobs(model, mb, temperature, rows=mb.loss_mask[:, 1:])
+    return logp
+
+
 def loss_inputs(
-    model: torch.nn.Module, mb: MicroBatch, cfg: LossConfig, ref_model: torch.nn.Module | None = None
+    model: torch.nn.Module,
+    mb: MicroBatch,
+    cfg: LossConfig,
+    ref_model: torch.nn.Module | None = None,
+    prox_logp: torch.Tensor | None = None,
 ) -> LossInputs:
     """The loss's inputs for `mb`: the policy's log-probs (with grad), the entropy when
     `cfg.entropy_coef` is set, the frozen reference's log-probs when `cfg.kl_coef` is set and a
-    `ref_model` is given; the batch's per-token fields shifted to the same [B, L-1] columns. Scores
-    are taken at the loss-mask columns only (0 elsewhere, where `token_weights` is 0)."""
+    `ref_model` is given, `prox_logp` ([B, L-1], `response_logprobs` of the proximal policy) as it
+    is; the batch's per-token fields shifted to the same [B, L-1] columns. Scores are taken at the
+    loss-mask columns only (0 elsewhere, where `token_weights` is 0)."""
     rows = mb.loss_mask[:, 1:]
     logp, entropy = token_logprobs(model, mb, cfg.temperature, entropy=bool(cfg.entropy_coef), rows=rows)
     ref_logp = None
@@ -115,7 +127,8 @@ def loss_inputs(
         token_weights=mb.token_weights[:, 1:],
         entropy=entropy,
         ref_logp=ref_logp,
+        prox_logp=prox_logp,
     )
 
 
-__all__ = ["entropy_from_logits", "loss_inputs", "token_logprobs"]
+__all__ = ["entropy_from_logits", "loss_inputs", "response_logprobs", "token_logprobs"]

@@ -1,24 +1,33 @@
 """Token-level PPO clipped surrogate (AT-GRPO's policy loss) as pure tensor math.
 
 No model is called here: `learner.logprobs.loss_inputs` runs the forward pass and hands this module
-`LossInputs`, every tensor [B, T] over the same token columns. Per token t:
+`LossInputs`, every tensor [B, T] over the same token columns. Per token t, with `old_t` the
+log-prob the ratio is measured against:
 
-    ratio_t    = exp(logp_t - behaviour_logp_t)                  strict on-policy (`is_cap` None)
-    ratio_t    = exp(logp_t - stopgrad(logp_t)),                 decoupled (`is_cap` set, the
-    w_t        = min(exp(stopgrad(logp_t) - behaviour_logp_t), is_cap)   `max_staleness > 0` mode)
-    loss_t     = -min(ratio_t * A_t, clip(ratio_t, 1 - eps, 1 + eps) * A_t) * w_t      (w_t = 1 strict)
-                 - entropy_coef * H_t                            (when `entropy_coef`)
-                 + kl_coef * (exp(r_t) - r_t - 1), r_t = ref_logp_t - logp_t   (k3 estimator, >= 0)
-    loss       = sum_t token_weights_t * loss_t / total_tokens
+    strict on-policy (`is_cap` None):   old_t = behaviour_logp_t,  w_t = 1
+    decoupled (`is_cap` set, the `max_staleness > 0` mode; AReaL's decoupled PPO):
+        old_t = prox_logp_t (the proximal policy: the learner before the step's first update),
+                or stopgrad(logp_t) when there is none (the first mini-batch: the learner is it)
+        w_t   = min(exp(old_t - behaviour_logp_t), is_cap)         (truncated importance weight)
+    log_ratio_t = logp_t - old_t                                     `ratio_level = "token"`
+    log_ratio_t = sum_u m_u (logp_u - old_u) / sum_u m_u over t's row   "sequence" (GSPO; m = weights > 0)
+    ratio_t     = exp(log_ratio_t)
+    loss_t      = -min(ratio_t * A_t, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_t) * w_t
+                  - entropy_coef * H_t                            (when `entropy_coef`)
+                  + kl_coef * (exp(r_t) - r_t - 1), r_t = ref_logp_t - logp_t   (k3 estimator, >= 0)
+    loss        = sum_t token_weights_t * loss_t / total_tokens
 
-In the decoupled mode the ratio is 1 in value and carries only the gradient of the current policy
-(the proximal policy is the learner itself); staleness is corrected by the truncated weight w_t.
+With one mini-batch the decoupled ratio is 1 in value and carries only the gradient of the current
+policy; with several, the later ones are clipped against the proximal policy, so the step's updates
+stay in a trust region however stale the samples were. A sequence-level ratio is the same for
+every token of a row, so its clip acts per sample; its gradient reaches every token of the row.
 
 `total_tokens` is the step's normalizer over all micro-batches and ranks (`batching.loss_normalizer`:
-response tokens for "token_mean", samples for "seq_mean"), so the micro-batch losses of a step sum
-to its mean however the step is split. Masked tokens have `token_weights` 0 and contribute nothing
-to the loss or to any metric. Metric sums are weighted the same way; dividing them by
-`total_tokens` gives the step's metrics (`loss`, `clip_frac`, `logprob_mismatch`, `is_weight`).
+response tokens for "token_mean", samples for "seq_mean", samples x the response budget for
+"seq_mean_token_sum"), so the micro-batch losses of a step sum to its mean however the step is
+split. Masked tokens have `token_weights` 0 and contribute nothing to the loss or to any metric.
+Metric sums are weighted the same way; dividing them by `total_tokens` gives the step's metrics
+(`loss`, `clip_frac`, `logprob_mismatch`, `is_weight`).
 """
 
 from __future__ import annotations
@@ -30,8 +39,10 @@ import torch
 
 @dataclass(frozen=True)
 class LossConfig:
-    clip_eps: float = 0.2
-    """PPO clip range: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
+    clip_eps_low: float = 0.2
+    """Lower side of the PPO clip range: the ratio is clipped to [1 - clip_eps_low, 1 + clip_eps_high]."""
+    clip_eps_high: float = 0.2
+    """Upper side of the clip range (DAPO's clip-higher sets it above `clip_eps_low`)."""
     temperature: float = 1.0
     """The sampling temperature: the forward pass divides logits by it, as the engine did."""
     entropy_coef: float = 0.0
@@ -40,6 +51,8 @@ class LossConfig:
     """Weight of the k3 KL estimate to the reference (initial) policy; 0 turns it off."""
     is_cap: float | None = None
     """Truncated importance-sampling cap; None in strict on-policy mode."""
+    ratio_level: str = "token"
+    """"token": a ratio per token; "sequence": GSPO's length-normalised ratio per sample."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +66,11 @@ class LossInputs:
     advantages: torch.Tensor
     """[B, T] the token's advantage (its sample's)."""
     token_weights: torch.Tensor
-    """[B, T] the token's weight in the step loss: 0 off the loss mask, else 1 ("token_mean") or
-    1 / response length ("seq_mean")."""
+    """[B, T] the token's weight in the step loss: 0 off the loss mask, else 1 ("token_mean",
+    "seq_mean_token_sum") or 1 / response length ("seq_mean"); > 0 exactly on response tokens."""
+    prox_logp: torch.Tensor | None = None
+    """[B, T] the proximal policy's log-probability of each token (no gradient), in the decoupled
+    mode when it is not the learner itself (`learner.proximal`); None: stopgrad(logp)."""
     entropy: torch.Tensor | None = None
     """[B, T] entropy of the learner's distribution at each token; needed when `entropy_coef` is set."""
     ref_logp: torch.Tensor | None = None
@@ -89,12 +105,19 @@ def ppo_clip_loss(inputs: LossInputs, cfg: LossConfig, total_tokens: int) -> Los
     docstring for the formula), and its metric sums."""
     logp, behaviour, adv, mask = inputs.logp, inputs.behaviour_logp, inputs.advantages, inputs.token_weights
     if cfg.is_cap is None:
-        ratio = torch.exp(logp - behaviour)
+        old = behaviour
         weight = torch.ones_like(logp)
     else:
-        ratio = torch.exp(logp - logp.detach())
-        weight = torch.exp(logp.detach() - behaviour).clamp(max=cfg.is_cap)
-    clipped = ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+        old = inputs.prox_logp if inputs.prox_logp is not None else logp.detach()
+        weight = torch.exp(old - behaviour).clamp(max=cfg.is_cap)
+    log_ratio = logp - old
+    if cfg.ratio_level == "sequence":
+        log_ratio = _sequence_log_ratio(log_ratio, mask)
+    elif cfg.ratio_level != "token":
+        raise ValueError(f"ratio_level must be 'token' or 'sequence', got {cfg.ratio_level!r}")
+    ratio = torch.exp(log_ratio)
+    low, high = cfg.clip_eps_low, cfg.clip_eps_high
+    clipped = ratio.clamp(1.0 - low, 1.0 + high)
     per_token = -torch.minimum(ratio * adv, clipped * adv) * weight
     if cfg.entropy_coef:
         if inputs.entropy is None:
@@ -111,10 +134,19 @@ def ppo_clip_loss(inputs: LossInputs, cfg: LossConfig, total_tokens: int) -> Los
         return LossOutputs(
             loss=loss,
             loss_sum=float(weighted.sum()),
-            clip_frac_sum=float((((ratio - 1.0).abs() > cfg.clip_eps).float() * mask).sum()),
+            # ratio - 1 and 1 - ratio round alike, so with low == high this is |ratio - 1| > eps
+            clip_frac_sum=float((((ratio - 1.0 > high) | (1.0 - ratio > low)).float() * mask).sum()),
             logprob_mismatch_sum=float(((logp - behaviour).abs() * mask).sum()),
             is_weight_sum=float((weight * mask).sum()),
         )
+
+
+def _sequence_log_ratio(log_ratio: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """[B, T]: each row's mean log-ratio over its response tokens (`weights` > 0), on every column
+    (GSPO's log s_i). A row without response tokens gets 0."""
+    on = (weights > 0).to(log_ratio.dtype)
+    per_row = (log_ratio * on).sum(-1, keepdim=True) / on.sum(-1, keepdim=True).clamp(min=1.0)
+    return per_row.expand_as(log_ratio)
 
 
 __all__ = ["LossConfig", "LossInputs", "LossOutputs", "ppo_clip_loss"]

@@ -15,6 +15,9 @@ train on, in order:
    step-wide loss normalizer and the ranks take their optimizer steps (`packing.plan_finish`). A
    unit whose actor dies was never committed, so nothing of it was trained; its re-run is.
    Without streaming: the whole step is collected, then planned at once (`packing.plan_step`).
+   Either way, what trains is `objective.step_objective`'s: shaped advantages, and without the
+   constant groups under `rollout.drop_constant_groups`; with `rollout.refill_groups` a step short
+   of informative groups gets refill rounds of further envs before its update (`learner.refill`).
 3. The job publishes each policy's new weights through the hub (`Hub.publish`), which makes that
    version current for every unit leased from then on.
 
@@ -38,12 +41,13 @@ import numpy as np
 
 from atgrpo.config import RunConfig
 from atgrpo.errors import AtgrpoError
-from atgrpo.learner.advantages import Advantages, step_advantages
 from atgrpo.learner.hub import CommittedUnit, Hub, StepData
 from atgrpo.learner.intake import screen
+from atgrpo.learner.objective import StepObjective, step_objective
 from atgrpo.learner.packing import RankPlan, plan_chunk, plan_finish, plan_step
+from atgrpo.learner.refill import Refill
 from atgrpo.messages import EvalSummary, Sample, UnitTimings
-from atgrpo.units import EVAL_UNIT_SCALE, eval_seeds, step_seeds
+from atgrpo.units import EVAL_UNIT_SCALE, eval_seeds, refill_seeds, step_seeds
 
 log = logging.getLogger("atgrpo.orchestrator")
 
@@ -63,8 +67,10 @@ class Orchestrator:
         """Units committed before a restart (from the checkpoint), handed back to their rounds."""
         self._rounds: dict[int, int] = {}
         """Training step -> its open hub round."""
-        self.last: tuple[StepData, Advantages] | None = None
-        """The step `step_plans` last finished: what it trained on, and its advantages."""
+        self.last: tuple[StepData, StepObjective] | None = None
+        """The step `step_plans` last finished: what it trained on, and its objective."""
+        self.refill: Refill = Refill.of(cfg)
+        """The refill account of the step last collected (`learner.refill`)."""
 
     def open_rounds(self, step: int) -> None:
         """Open the rounds of steps `step`..`step + max_staleness` not open yet (within the run)."""
@@ -81,39 +87,77 @@ class Orchestrator:
                 )
 
     def collect(self, step: int) -> StepData:
-        """Every sample of training step `step`, from the actors."""
+        """Every sample of training step `step`, from the actors, refills included."""
         self.open_rounds(step)
         tp = self.cfg.transport
-        return self.hub.wait_round(
-            self._rounds.pop(step), stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s
+        start = time.monotonic()
+        self.refill = refill = Refill.of(self.cfg)
+        parts: list[StepData] = []
+        round_id: int | None = self._rounds.pop(step)
+        while round_id is not None:
+            part = self.hub.wait_round(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)
+            if refill.target:  # counted on what will train: the last check first (plan's then finds nothing)
+                self._check(part)
+                refill.informative += step_objective(part.samples, self.cfg).advantages.informative_groups
+            parts.append(part)
+            round_id = self._refill_round(step, refill)
+        return parts[0] if len(parts) == 1 else StepData.merge(step, parts, time.monotonic() - start)
+
+    def _refill_round(self, step: int, refill: Refill) -> int | None:
+        """Open the step's next refill round if it needs one (`learner.refill`); its id, or None."""
+        n = refill.next_envs()
+        if not n:
+            if refill.target and refill.informative < refill.target:
+                log.info(
+                    "step %d: %d informative groups of %d wanted; the refill cap of %d envs is spent",
+                    step,
+                    refill.informative,
+                    refill.target,
+                    refill.cap,
+                )
+            return None
+        ro = self.cfg.rollout
+        round_id = self.hub.open_round(
+            step,
+            refill_seeds(step, refill.spent, n, refill.cap),
+            ro.envs_per_unit,
+            split="train",
+            greedy=False,
+            first_env=ro.envs_per_step + refill.spent,
         )
+        refill.opened(n)
+        return round_id
 
     def step_plans(self, step: int) -> Iterator[list[RankPlan]]:
         """Every rank's plans of training step `step`, in the order they are trained; the last one
         is final (the optimizers step). Sets `last` before yielding it."""
         if not self.streaming:
             data = self.collect(step)
-            plans, adv = self.plan(data)
-            self.last = (data, adv)
+            plans, objective = self.plan(data)
+            self.last = (data, objective)
             yield plans
             return
         self.open_rounds(step)
-        round_id = self._rounds.pop(step)
+        round_id: int | None = self._rounds.pop(step)
         start = time.monotonic()
         parts: list[StepData] = []
         totals: Counter[str] = Counter({p: 0 for p in self.cfg.policies})
         tp = self.cfg.transport
-        while (
-            units := self.hub.take(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)
-        ) is not None:
-            part = StepData.of(step, units, 0.0, self.hub.staleness)
-            self._check(part)
-            plans, part_totals = self._plan_part(part)
-            parts.append(part)
-            totals.update(part_totals)
-            yield plans
+        self.refill = refill = Refill.of(self.cfg)
+        while round_id is not None:
+            while (
+                units := self.hub.take(round_id, stall_timeout_s=tp.step_timeout_s, round_timeout_s=tp.round_timeout_s)
+            ) is not None:
+                part = StepData.of(step, units, 0.0, self.hub.staleness)
+                self._check(part)
+                plans, part_totals, objective = self._plan_part(part)
+                refill.informative += objective.advantages.informative_groups
+                parts.append(part)
+                totals.update(part_totals)
+                yield plans
+            round_id = self._refill_round(step, refill)
         data = StepData.merge(step, parts, time.monotonic() - start)
-        self.last = (data, step_advantages(data.samples, self.cfg.rollout.grouping))
+        self.last = (data, step_objective(data.samples, self.cfg))
         yield plan_finish(dict(totals), self.world)
 
     def _check(self, data: StepData) -> None:
@@ -140,51 +184,42 @@ class Orchestrator:
             data.samples = [data.samples[i] for i in keep]
             data.staleness = [data.staleness[i] for i in keep] if data.staleness else []
 
-    def _plan_part(self, data: StepData) -> tuple[list[RankPlan], dict[str, int]]:
+    def _plan_part(self, data: StepData) -> tuple[list[RankPlan], dict[str, int], StepObjective]:
         tr = self.cfg.train
+        chunk = dict(
+            policies=sorted(self.cfg.policies),
+            pad_ids=self.pad_ids,
+            world=self.world,
+            max_tokens=tr.micro_batch_tokens,
+            aggregation=tr.loss_aggregation,
+            share_prefix=tr.share_prefix,
+            response_budget=self.cfg.rollout.longest_response,
+        )
         try:
-            adv = step_advantages(data.samples, self.cfg.rollout.grouping)
-            return plan_chunk(
-                data.samples,
-                adv.values,
-                policies=sorted(self.cfg.policies),
-                pad_ids=self.pad_ids,
-                world=self.world,
-                max_tokens=tr.micro_batch_tokens,
-                aggregation=tr.loss_aggregation,
-                share_prefix=tr.share_prefix,
-            )
+            objective = step_objective(data.samples, self.cfg)
+            return (*plan_chunk(*objective.trained(data.samples), **chunk), objective)
         except (ValueError, OverflowError, AtgrpoError):
             log.exception("step %d: planning %d samples failed; they train on nothing", data.step, len(data.samples))
             self.dropped["unpackable"] += len(data.samples)
             data.samples, data.staleness = [], []
-            return plan_chunk(
-                [],
-                np.zeros(0),
-                policies=sorted(self.cfg.policies),
-                pad_ids=self.pad_ids,
-                world=self.world,
-                max_tokens=tr.micro_batch_tokens,
-                aggregation=tr.loss_aggregation,
-                share_prefix=tr.share_prefix,
-            )
+            return (*plan_chunk([], np.zeros(0), **chunk), step_objective([], self.cfg))
 
-    def plan(self, data: StepData) -> tuple[list[RankPlan], Advantages]:
-        """Advantages of the step's samples and every rank's share of the update. Samples that fail
-        the last check are removed from `data` (with their groups), so its metrics are of what trains."""
+    def plan(self, data: StepData) -> tuple[list[RankPlan], StepObjective]:
+        """The step's objective (advantages, what trains) and every rank's share of the update.
+        Samples that fail the last check are removed from `data` (with their groups), so its
+        metrics are of what trained or was dropped as constant."""
         self._check(data)
-        grouping = self.cfg.rollout.grouping
         try:
-            adv = step_advantages(data.samples, grouping)
-            plans = self._pack(data.samples, adv.values)
+            objective = step_objective(data.samples, self.cfg)
+            plans = self._pack(*objective.trained(data.samples))
         except (ValueError, OverflowError, AtgrpoError):
             # Whatever the check missed must not end the run: this step trains on nothing.
             log.exception("step %d: planning %d samples failed; the step trains on none", data.step, len(data.samples))
             self.dropped["unpackable"] += len(data.samples)
             data.samples, data.staleness = [], []
-            adv = step_advantages([], grouping)
+            objective = step_objective([], self.cfg)
             plans = self._pack([], np.zeros(0))
-        return plans, adv
+        return plans, objective
 
     def _pack(self, samples: list[Sample], advantages: np.ndarray) -> list[RankPlan]:
         tr = self.cfg.train
@@ -198,12 +233,15 @@ class Orchestrator:
             max_tokens=tr.micro_batch_tokens,
             aggregation=tr.loss_aggregation,
             share_prefix=tr.share_prefix,
+            response_budget=self.cfg.rollout.longest_response,
         )
 
     def metrics(self) -> dict[str, float]:
-        """`learner/dropped_<reason>` and `learner/dropped_total`: samples the last check kept from training."""
+        """`learner/dropped_<reason>` and `learner/dropped_total`: samples the last check kept from
+        training; with a refill, the last step's `rollout/refill_*` (`Refill.metrics`)."""
         out = {f"learner/dropped_{k}": float(v) for k, v in self.dropped.items()}
         out["learner/dropped_total"] = float(sum(self.dropped.values()))
+        out.update(self.refill.metrics())
         return out
 
     def evaluate(self, label: str, step: int) -> EvalSummary:

@@ -55,9 +55,11 @@ def plan_step(
     max_tokens: int,
     aggregation: str,
     share_prefix: bool,
+    response_budget: int = 0,
 ) -> list[RankPlan]:
     """One `RankPlan` per rank: each policy's samples, packed into micro-batches, cut into
-    `minibatches` optimizer steps, and dealt out round-robin over the ranks."""
+    `minibatches` optimizer steps, and dealt out round-robin over the ranks. `response_budget`:
+    `rollout.longest_response`, the constant of "seq_mean_token_sum" (`batching.loss_normalizer`)."""
     plans = [RankPlan() for _ in range(world)]
     for policy in policies:
         idx = [i for i, s in enumerate(samples) if s.policy == policy]
@@ -73,7 +75,7 @@ def plan_step(
         parts = np.array_split(np.arange(len(mbs)), minibatches) if mbs else [np.arange(0)]
         for part in parts:
             chunk = [mine[j] for i in part for j in mbs[i].sample_index]
-            total = max(loss_normalizer(chunk, aggregation), 1)
+            total = max(loss_normalizer(chunk, aggregation, response_budget), 1)
             for rank, plan in enumerate(plans):
                 plan.steps.setdefault(policy, []).append(OptimizerStep([mbs[i] for i in part[rank::world]], total))
     return plans
@@ -89,6 +91,7 @@ def plan_chunk(
     max_tokens: int,
     aggregation: str,
     share_prefix: bool,
+    response_budget: int = 0,
 ) -> tuple[list[RankPlan], dict[str, int]]:
     """A streamed part of a step: every rank's share of these samples' micro-batches (to accumulate,
     not to step on), and each policy's loss normalizer of them (the step's total is their sum)."""
@@ -102,10 +105,11 @@ def plan_chunk(
         max_tokens=max_tokens,
         aggregation=aggregation,
         share_prefix=share_prefix,
+        response_budget=response_budget,
     )
     for plan in plans:
         plan.final = False
-    totals = {p: loss_normalizer([s for s in samples if s.policy == p], aggregation) for p in policies}
+    totals = {p: loss_normalizer([s for s in samples if s.policy == p], aggregation, response_budget) for p in policies}
     return plans, totals
 
 

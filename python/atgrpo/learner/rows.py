@@ -30,8 +30,9 @@ class Sequences:
 
 
 def token_weights(loss_mask: np.ndarray, aggregation: str) -> np.ndarray:
-    """[B, L] float32 weights from a [B, L] bool loss mask: the mask itself ("token_mean"), or the mask
-    divided by its row's token count ("seq_mean")."""
+    """[B, L] float32 weights from a [B, L] bool loss mask: the mask itself ("token_mean",
+    "seq_mean_token_sum", whose constant normaliser does the rest), or the mask divided by its
+    row's token count ("seq_mean")."""
     weights = loss_mask.astype(np.float32)
     if aggregation == "seq_mean":
         weights /= np.maximum(weights.sum(axis=1, keepdims=True), 1.0)

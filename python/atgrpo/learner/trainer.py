@@ -38,6 +38,7 @@ from atgrpo.learner.lora import base_state, load_shared_bases
 from atgrpo.learner.loss import LossConfig
 from atgrpo.learner.lr_schedule import lr_at
 from atgrpo.learner.packing import OptimizerStep, RankPlan
+from atgrpo.learner.proximal import train_policy_step
 from atgrpo.learner.replicas import differing_tensors
 from atgrpo.learner.retention import prune_checkpoints
 from atgrpo.models.adapters import merge_adapter, scaling, write_adapter
@@ -53,12 +54,15 @@ ADAPTER_DIR = "adapter"
 def loss_config(cfg: RunConfig) -> LossConfig:
     """The loss of a run: logits at the rollout temperature, as the engines sampled them; the
     importance-weight cap only when stale samples are admitted."""
+    low, high = cfg.train.clip_range
     return LossConfig(
-        clip_eps=cfg.train.clip_eps,
+        clip_eps_low=low,
+        clip_eps_high=high,
         temperature=cfg.rollout.temperature,
         entropy_coef=cfg.train.entropy_coef,
         kl_coef=cfg.train.kl_coef,
         is_cap=cfg.train.is_cap if cfg.train.max_staleness > 0 else None,
+        ratio_level=cfg.train.ratio_level,
     )
 
 
@@ -90,9 +94,10 @@ class Trainer:
 
     def train(self, plan: RankPlan) -> dict[str, float]:
         """This rank's share of one plan of a training step. A streamed chunk (`plan.final` False)
-        is only accumulated and returns {}; a final plan takes every policy's optimizer steps and
-        returns `learner/<p>/*` metrics (of the last optimizer step) and `time/learner_s` (the
-        step's compute, chunks included)."""
+        is only accumulated and returns {}; a final plan takes every policy's optimizer steps
+        (`proximal.train_policy_step`) and returns `learner/<p>/*` metrics (of the last optimizer
+        step; pipelined, also the proximal pass's) and `time/learner_s` (the step's compute,
+        chunks included)."""
         t0 = time.perf_counter()
         out: dict[str, float] = {}
         for p, be in self.backends.items():  # every policy, in the same order on every rank (collectives)
@@ -104,9 +109,7 @@ class Trainer:
             pc = self.cfg.policies[p]
             lr = lr_at(pc.lr_schedule, pc.lr, pc.lr_min, pc.lr_warmup_steps, self.versions[p], self.cfg.run.steps)
             be.set_lr(lr)
-            metrics: dict[str, float] = {}
-            for st in steps:
-                metrics = be.train_step(st.micro_batches, st.total_tokens)
+            metrics = train_policy_step(be, steps, decoupled=self.cfg.train.max_staleness > 0)
             self.versions[p] += 1
             out.update({f"learner/{p}/{k}": v for k, v in metrics.items()})
             out[f"learner/{p}/lr"] = lr

@@ -35,13 +35,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from atgrpo.learner.host_staging import HostStager
-from atgrpo.learner.logprobs import loss_inputs
+from atgrpo.learner.logprobs import loss_inputs, response_logprobs
 from atgrpo.learner.lora import AdapterReference, AdapterWeights, BaseReference
 from atgrpo.learner.loss import LossConfig, ppo_clip_loss
 from atgrpo.learner.microbatch import MicroBatch
@@ -54,8 +54,15 @@ class LearnerBackend(abc.ABC):
     """Metric numerators of the step being accumulated."""
 
     @abc.abstractmethod
-    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
-        """Forward and backward (loss not normalised) over `micro_batches`, added to the step's gradient."""
+    def accumulate(self, micro_batches: list[MicroBatch], proximal: list[torch.Tensor] | None = None) -> None:
+        """Forward and backward (loss not normalised) over `micro_batches`, added to the step's
+        gradient; `proximal`: the proximal policy's log-probs of each (`score`), or None."""
+
+    @abc.abstractmethod
+    def score(self, micro_batches: list[MicroBatch]) -> list[torch.Tensor]:
+        """The current policy's log-probs of each micro-batch's response tokens, [B, L-1] each on
+        the model's device, without a gradient (`logprobs.response_logprobs`): the proximal
+        policy's, taken before a step's first update (`learner.proximal`). Every rank calls it."""
 
     @abc.abstractmethod
     def finish_step(self, total_tokens: int) -> dict[str, float]:
@@ -71,9 +78,11 @@ class LearnerBackend(abc.ABC):
         for group in self.lr_optimizer.param_groups:
             group["lr"] = lr
 
-    def train_step(self, micro_batches: list[MicroBatch], total_tokens: int) -> dict[str, float]:
+    def train_step(
+        self, micro_batches: list[MicroBatch], total_tokens: int, proximal: list[torch.Tensor] | None = None
+    ) -> dict[str, float]:
         """One whole optimizer step over `micro_batches` (the batch path)."""
-        self.accumulate(micro_batches)
+        self.accumulate(micro_batches, proximal)
         return self.finish_step(total_tokens)
 
     @abc.abstractmethod
@@ -180,18 +189,39 @@ def accumulate(
     *,
     device: torch.device,
     autocast_dtype: torch.dtype | None = None,
+    proximal: Sequence[torch.Tensor | None] | None = None,
 ) -> None:
     """Forward, unnormalised loss and `backward(loss)` for every micro-batch; adds the metric
     numerators to `sums`. Each micro-batch is first moved to `device` (the model's). The forward
-    runs under `autocast(device, autocast_dtype)`, backward outside it, as torch.autocast asks."""
-    for mb in micro_batches:
+    runs under `autocast(device, autocast_dtype)`, backward outside it, as torch.autocast asks.
+    `proximal[i]`: the proximal log-probs of micro-batch i (None: the learner is its proximal policy)."""
+    for i, mb in enumerate(micro_batches):
         mb = mb.to(device)
+        prox = proximal[i] if proximal is not None and i < len(proximal) else None
         with autocast(device, autocast_dtype):
-            inputs = loss_inputs(model, mb, loss_cfg, ref_model)
+            inputs = loss_inputs(model, mb, loss_cfg, ref_model, prox)
         out = ppo_clip_loss(inputs, loss_cfg, 1)
         backward(out.loss)
         for k, v in out.sums().items():
             sums[k] = sums.get(k, 0.0) + v
+
+
+def score_micro_batches(
+    model: torch.nn.Module,
+    micro_batches: list[MicroBatch],
+    temperature: float,
+    *,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None = None,
+) -> list[torch.Tensor]:
+    """`LearnerBackend.score` for both backends: the forward of `accumulate`, without a gradient."""
+    out = []
+    with torch.no_grad():
+        for mb in micro_batches:
+            mb = mb.to(device)
+            with autocast(device, autocast_dtype):
+                out.append(response_logprobs(model, mb, temperature))
+    return out
 
 
 def finish_metrics(sums: dict[str, float], total_tokens: int, grad_norm: float) -> dict[str, float]:
@@ -212,4 +242,5 @@ __all__ = [
     "compute_dtype",
     "finish_metrics",
     "kl_reference",
+    "score_micro_batches",
 ]

@@ -76,6 +76,7 @@ from atgrpo.learner.backends.base import (
     compute_dtype,
     finish_metrics,
     kl_reference,
+    score_micro_batches,
 )
 from atgrpo.learner.backends.deepspeed_config import Precision, build_config, precision_plan
 from atgrpo.learner.distributed import init_distributed_from_env
@@ -293,10 +294,23 @@ class DeepSpeedBackend(LearnerBackend):
         dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
-        # Under ZeRO-2/3 every backward is a collective: all ranks agree on the number of passes.
+    def _padded(self, micro_batches: list[MicroBatch]) -> list[MicroBatch]:
+        # Under ZeRO-2/3 every backward (and under ZeRO-3 every forward) is a collective: all ranks
+        # agree on the number of passes, those with fewer micro-batches running dummies.
         passes = int(self._all_reduce([float(len(micro_batches))], dist.ReduceOp.MAX)[0])
-        batches = list(micro_batches) + [self._dummy] * (passes - len(micro_batches))
+        return list(micro_batches) + [self._dummy] * (passes - len(micro_batches))
+
+    def score(self, micro_batches: list[MicroBatch]) -> list[torch.Tensor]:
+        batches = self._padded(micro_batches)
+        autocast_dtype = self.compute_dtype if self.precision is Precision.autocast_bf16 else None
+        out = score_micro_batches(
+            self.engine, batches, self.loss_cfg.temperature, device=self.device, autocast_dtype=autocast_dtype
+        )
+        return out[: len(micro_batches)]
+
+    def accumulate(self, micro_batches: list[MicroBatch], proximal: list[torch.Tensor] | None = None) -> None:
+        batches = self._padded(micro_batches)
+        passes = len(batches)
         scale = float(self.world_size)  # DeepSpeed averages over ranks; the loss wants the sum
 
         def backward(loss: torch.Tensor) -> None:
@@ -312,6 +326,7 @@ class DeepSpeedBackend(LearnerBackend):
             self.ref_model,
             device=self.device,
             autocast_dtype=autocast_dtype,
+            proximal=proximal,  # the dummies past its end have none: their weights are 0
         )
         self._passes += passes
 

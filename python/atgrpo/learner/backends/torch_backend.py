@@ -32,6 +32,7 @@ from atgrpo.learner.backends.base import (
     compute_dtype,
     finish_metrics,
     kl_reference,
+    score_micro_batches,
 )
 from atgrpo.learner.distributed import local_rank
 from atgrpo.learner.lora import AdapterWeights, check_checkpoint_adapter
@@ -66,7 +67,7 @@ class TorchBackend(LearnerBackend):
         self.ref_model = kl_reference(self.model, adapter, self.compute_dtype) if loss_cfg.kl_coef else None
         self._sums: dict[str, float] = {}
 
-    def accumulate(self, micro_batches: list[MicroBatch]) -> None:
+    def accumulate(self, micro_batches: list[MicroBatch], proximal: list[torch.Tensor] | None = None) -> None:
         if self.adapter is not None:
             self.adapter.activate()
         accumulate(
@@ -78,6 +79,15 @@ class TorchBackend(LearnerBackend):
             self.ref_model,
             device=self.device,
             autocast_dtype=self.compute_dtype,
+            proximal=proximal,
+        )
+
+    def score(self, micro_batches: list[MicroBatch]) -> list[torch.Tensor]:
+        if self.adapter is not None:
+            self.adapter.activate()
+        temperature = self.loss_cfg.temperature
+        return score_micro_batches(
+            self.model, micro_batches, temperature, device=self.device, autocast_dtype=self.compute_dtype
         )
 
     def finish_step(self, total_tokens: int) -> dict[str, float]:
