@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +152,35 @@ def test_a_stale_record_of_a_gone_cluster_starts_a_local_instance(monkeypatch) -
         ray_cluster.connect(
             cfg('launch.ray_address="127.0.0.1:9"', "launch.ray_connect_timeout_s=2"), bundles(cfg(), 1, 2)
         )
+
+
+def test_a_ray_run_sends_weights_through_a_store_under_out_dir_unless_set(tmp_path) -> None:
+    out = tmp_path / "run"
+    default = resolved(cfg(f'run.out_dir="{out}"'))
+    assert default.transport.weights_store == str(out / "weights")
+    relative = resolved(cfg(f'run.out_dir="{out}"', 'transport.weights_store="shared/w"'))
+    assert relative.transport.weights_store == str(Path.cwd() / "shared" / "w")
+    hub = resolved(cfg(f'run.out_dir="{out}"', 'transport.weights_store=""'))
+    assert hub.transport.weights_store == ""  # said so: every actor from the hub
+    assert load_config(None, []).transport.weights_store is None  # one host: the hub, as before
+
+
+def test_the_learner_host_start_clock_is_a_setting_named_in_its_error(monkeypatch, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from atgrpo.launch.ray_run import Proc, RayRun
+
+    asked: list[float] = []
+
+    def get(_ref, timeout):
+        asked.append(timeout)
+        raise TimeoutError("GetTimeoutError")
+
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(get=get))
+    run = RayRun(cfg(f'run.out_dir="{tmp_path}"', "launch.ray_host_start_timeout_s=7"), 1)
+    run.learner = Proc("learner", SimpleNamespace(info=SimpleNamespace(remote=lambda: None)), 0)
+    with pytest.raises(LaunchError, match=r"within 7 s \(launch.ray_host_start_timeout_s\)"):
+        run._await_learner_start()
+    assert asked == [7.0]
+    la = load_config(None, []).launch  # a cold cluster: worker start with its runtime_env, an image pull
+    assert la.ray_host_start_timeout_s >= 600 and la.ray_placement_timeout_s >= 300

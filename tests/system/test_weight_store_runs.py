@@ -112,3 +112,23 @@ def test_a_new_session_removes_the_one_it_replaces_and_no_other(tmp_path: Path) 
     assert not earlier.session.exists()
     assert (version_dir(concurrent.session, "shared", 1) / MARKER).is_file()
     assert resumed.session.is_dir()
+
+
+def test_each_learner_session_gets_a_new_nonce_and_removes_the_last_ones_folder(tmp_path: Path) -> None:
+    from atgrpo.config import load_config
+    from atgrpo.learner.job import STORE_SESSION, _weight_store
+
+    out, root = tmp_path / "run", tmp_path / "store"
+    out.mkdir()
+    cfg = load_config(None, [f'run.out_dir="{out}"', f'transport.weights_store="{root}"'])
+    first = _weight_store(cfg)
+    assert first is not None
+    first.close()
+    other_run = WeightStore(root, cfg.run.name, run_nonce=new_run_nonce())  # same name, another out_dir
+    resumed = _weight_store(cfg)
+    assert resumed is not None
+    resumed.close()
+    assert resumed.run_nonce != first.run_nonce
+    assert not first.store.session.exists() and resumed.store.session.is_dir() and other_run.session.is_dir()
+    assert (out / STORE_SESSION).read_text().strip() == resumed.run_nonce
+    assert _weight_store(load_config(None, [f'run.out_dir="{out}"', 'transport.weights_store=""'])) is None

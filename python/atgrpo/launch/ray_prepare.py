@@ -1,6 +1,7 @@
 """What a Ray run (`launch.backend = "ray"`, `ray_run.RayRun`) is given before anything starts on the
-cluster: its config with out_dir absolute, the settings it cannot honour refused, the GPU plan of the
-GPUs Ray will hand out, and its CURVE keys.
+cluster: its config with out_dir and the weight store absolute (the store at `<out_dir>/weights`
+unless set), the settings it cannot honour refused, the GPU plan of the GPUs Ray will hand out, and
+its CURVE keys.
 
 Invariants:
 - Nothing here imports or contacts Ray: each function reads the config (and, for keys, a key
@@ -19,11 +20,23 @@ from pathlib import Path
 from atgrpo.config import RunConfig
 from atgrpo.errors import PlacementError
 
+DEFAULT_STORE = "weights"
+"""The weight store of a Ray run that sets none, under out_dir: actors on N nodes would otherwise
+take N copies of every version out of rank 0 (`transport.weights_store`)."""
+
 
 def resolved(cfg: RunConfig) -> RunConfig:
-    """`cfg` with out_dir absolute: the children run on other nodes, in other working folders."""
+    """`cfg` with out_dir and the weight store absolute (the children run on other nodes, in other
+    working folders), the store `<out_dir>/weights` when unset; `""` keeps the hub."""
     out = Path(cfg.run.out_dir).expanduser().absolute()
-    return cfg.model_copy(update={"run": cfg.run.model_copy(update={"out_dir": str(out)})})
+    store = cfg.transport.weights_store
+    store = str(out / DEFAULT_STORE) if store is None else store and str(Path(store).expanduser().absolute())
+    return cfg.model_copy(
+        update={
+            "run": cfg.run.model_copy(update={"out_dir": str(out)}),
+            "transport": cfg.transport.model_copy(update={"weights_store": store}),
+        }
+    )
 
 
 def check_ray_config(cfg: RunConfig) -> None:

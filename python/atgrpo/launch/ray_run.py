@@ -44,8 +44,6 @@ from atgrpo.launch.ray_prepare import check_ray_config, ray_plan, resolved, run_
 
 POLL_S = 0.5
 """How often the driver asks the hosts how their processes are."""
-HOST_START_S = 120.0
-"""How long the learner's host may take to answer its first call (Ray starts a worker for it)."""
 
 
 @dataclass
@@ -90,7 +88,7 @@ class RayRun:
         la, cfg = self.cfg.launch, self.cfg
         if not (cfg.train.device.startswith("cuda") or cfg.rollout.device.startswith("cuda")):
             return
-        gpu_bytes = int(la.gpu_memory_gb * GB) if la.gpu_memory_gb else cluster_gpu_bytes(la.ray_placement_timeout_s)
+        gpu_bytes = int(la.gpu_memory_gb * GB) if la.gpu_memory_gb else cluster_gpu_bytes(la.ray_host_start_timeout_s)
         for load in ray_plan(
             cfg.model_copy(update={"launch": la.model_copy(update={"actors": self.n_actors})}), gpu_bytes
         ):
@@ -134,7 +132,7 @@ class RayRun:
                 .options(num_cpus=0.0, scheduling_strategy=_in_bundle(self.pg, learner_bundles[0]))
                 .remote()
             )
-            master, master_port = ray.get(probe, timeout=HOST_START_S)
+            master, master_port = ray.get(probe, timeout=self.cfg.launch.ray_host_start_timeout_s)
             env = {
                 "MASTER_ADDR": master,
                 "MASTER_PORT": str(master_port),
@@ -356,11 +354,13 @@ class RayRun:
         import ray
 
         assert self.learner is not None
+        timeout = self.cfg.launch.ray_host_start_timeout_s
         try:
-            ray.get(self.learner.handle.info.remote(), timeout=HOST_START_S)
+            ray.get(self.learner.handle.info.remote(), timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - a node lost while starting, a worker that cannot start
             raise LaunchError(
-                f"the learner's process did not start on the cluster within {HOST_START_S:g} s: {_first_line(exc)}"
+                f"the learner's process did not start on the cluster within {timeout:g} s "
+                f"(launch.ray_host_start_timeout_s): {_first_line(exc)}"
             ) from None
 
 
