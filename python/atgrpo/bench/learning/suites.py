@@ -261,6 +261,57 @@ SUITES = {
                 'policies.shared.lr_schedule="constant"',
             ),
         ),
+        Suite(
+            "objective",
+            (
+                Arm(
+                    "default",
+                    (),
+                    doc="the default objective: symmetric clip 0.2, token mean, GRPO advantages",
+                    shared="default",
+                ),
+                Arm(
+                    "dapo",
+                    (
+                        "train.clip_eps_high=0.28",
+                        "rollout.drop_constant_groups=true",
+                        "rollout.refill_groups=120",
+                        "rollout.refill_max_envs=32",
+                        "rollout.overlong_buffer=8",
+                    ),
+                    doc="DAPO: clip-higher 0.2/0.28, constant groups dropped and the step refilled to 120 "
+                    "informative groups (at most 32 extra envs), an 8-token overlong buffer",
+                ),
+                Arm(
+                    "dr_grpo",
+                    ('train.loss_aggregation="seq_mean_token_sum"', "rollout.scale_advantages_by_std=false"),
+                    doc="Dr. GRPO: no std division, a constant normaliser (samples x the response budget)",
+                ),
+                Arm(
+                    "gspo",
+                    (
+                        'train.ratio_level="sequence"',
+                        "train.clip_eps_low=3e-4",
+                        "train.clip_eps_high=4e-4",
+                        'train.loss_aggregation="seq_mean"',
+                    ),
+                    doc="GSPO: one length-normalised ratio per sample, clipped to [1 - 3e-4, 1 + 4e-4], sequence mean",
+                ),
+                Arm(
+                    "pipelined_k2",
+                    ("train.max_staleness=2", "train.minibatches=2", "train.streaming=false"),
+                    doc="samples up to 2 versions old, 2 mini-batches: the second clipped against the proximal policy",
+                ),
+                Arm(
+                    "pipelined_k2_mb1",
+                    ("train.max_staleness=2", "train.minibatches=1", "train.streaming=false"),
+                    doc="the same with one mini-batch: the proximal policy is the learner itself (no extra pass)",
+                ),
+            ),
+            reference="default",
+            steps=200,
+            doc="the objective settings of issue 49 (docs/configuration.md) against the default, on the default demo",
+        ),
         *PAPER_SUITES,
     )
 }
