@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from systest_util import read_rows, run_train, tiny_sets
 
+from atgrpo.learner.job import STORE_SESSION
 from atgrpo.transport.weight_store import MARKER
 
 pytestmark = pytest.mark.integration
@@ -34,5 +35,7 @@ def test_tiny_run_takes_its_weights_from_the_store(tmp_path: Path) -> None:
     assert last["hub/weights_store_versions"] >= 2
     assert last["transport/weights_replies"] == 0
     assert last.get("hub/weights_store_failed", 0) == 0
-    held = [d for d in (store / "store-run" / "shared").iterdir() if not d.name.startswith(".")]
+    sessions = list((store / "store-run").iterdir())  # one learner session, one run nonce
+    assert len(sessions) == 1 and (out / STORE_SESSION).read_text().strip() == sessions[0].name
+    held = [d for d in (sessions[0] / "shared").iterdir() if not d.name.startswith(".")]
     assert held and all((d / MARKER).is_file() for d in held)
