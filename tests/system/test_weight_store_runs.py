@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import msgspec
+import pytest
 import torch
 from test_hub import RUN, connect, hello, make_hub  # noqa: F401  (fixtures)
 
@@ -62,6 +63,7 @@ def test_two_runs_with_one_name_and_root_at_once_each_read_only_their_own(make_h
     assert hubs[0].store.run_nonce != hubs[1].store.run_nonce
 
 
+@pytest.mark.integration  # two processes importing torch: 9 s on a loaded two-core machine
 def test_two_processes_with_one_name_and_root_each_read_only_their_own(tmp_path: Path) -> None:
     """The same, as two real writer-and-reader processes on one root (no hub: a reader's fallback raises)."""
     procs = [
