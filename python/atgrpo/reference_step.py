@@ -8,7 +8,9 @@ advantages and update (`tests/system/test_reference_step.py`).
 
 What a reader may change to experiment is in `ReferenceRun.step`; the set-up (`open_reference`) is
 plumbing. Every rule (which seeds a step uses, how units are cut and seeded, the grouping, packing
-and loss) is imported from where the system defines it, never restated here.
+and loss) is imported from where the system defines it, never restated here. One rule is the hub's
+alone: a refill of a step short of informative groups (`rollout.refill_groups`, `learner.refill`)
+needs more rounds than this one, so here a step trains on its own envs only.
 """
 
 from __future__ import annotations

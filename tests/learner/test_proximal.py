@@ -98,6 +98,14 @@ def test_one_minibatch_skips_the_pass_and_is_the_update_without_it():
     assert {k: v for k, v in metrics.items() if not k.startswith("proximal_")} == reference
 
 
+def test_strict_mode_is_the_loop_of_before_bit_for_bit():
+    new, old = backend(is_cap=None), backend(is_cap=None)
+    metrics = train_policy_step(new, two_minibatches(), decoupled=False)
+    for st in two_minibatches():  # the trainer's loop before issue 49
+        reference = old.train_step(st.micro_batches, st.total_tokens)
+    assert torch.equal(new.model.bias, old.model.bias) and metrics == reference
+
+
 def test_strict_mode_reports_no_proximal_pass():
     be = backend(is_cap=None)
     metrics = train_policy_step(be, two_minibatches(), decoupled=False)

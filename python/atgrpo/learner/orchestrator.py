@@ -186,23 +186,28 @@ class Orchestrator:
 
     def _plan_part(self, data: StepData) -> tuple[list[RankPlan], dict[str, int], StepObjective]:
         tr = self.cfg.train
-        chunk = dict(
-            policies=sorted(self.cfg.policies),
-            pad_ids=self.pad_ids,
-            world=self.world,
-            max_tokens=tr.micro_batch_tokens,
-            aggregation=tr.loss_aggregation,
-            share_prefix=tr.share_prefix,
-            response_budget=self.cfg.rollout.longest_response,
-        )
+
+        def chunk(samples: list[Sample], advantages: np.ndarray) -> tuple[list[RankPlan], dict[str, int]]:
+            return plan_chunk(
+                samples,
+                advantages,
+                policies=sorted(self.cfg.policies),
+                pad_ids=self.pad_ids,
+                world=self.world,
+                max_tokens=tr.micro_batch_tokens,
+                aggregation=tr.loss_aggregation,
+                share_prefix=tr.share_prefix,
+                response_budget=self.cfg.rollout.longest_response,
+            )
+
         try:
             objective = step_objective(data.samples, self.cfg)
-            return (*plan_chunk(*objective.trained(data.samples), **chunk), objective)
+            return (*chunk(*objective.trained(data.samples)), objective)
         except (ValueError, OverflowError, AtgrpoError):
             log.exception("step %d: planning %d samples failed; they train on nothing", data.step, len(data.samples))
             self.dropped["unpackable"] += len(data.samples)
             data.samples, data.staleness = [], []
-            return (*plan_chunk([], np.zeros(0), **chunk), step_objective([], self.cfg))
+            return (*chunk([], np.zeros(0)), step_objective([], self.cfg))
 
     def plan(self, data: StepData) -> tuple[list[RankPlan], StepObjective]:
         """The step's objective (advantages, what trains) and every rank's share of the update.
