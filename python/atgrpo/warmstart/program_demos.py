@@ -2,7 +2,7 @@
 documented family of search strategies, for one level.
 
 Every program is complete and self-contained: it embeds the level as literal data (the observation's
-rows), imports nothing, reads no input, and prints its answer in the format the env's Rust parser
+rows, and for Plan-Path the agent's and the goal's cells as a pair of coordinates), imports nothing, reads no input, and prints its answer in the format the env's Rust parser
 reads (`#### [U, R, R]` for Plan-Path; `####` then the grid, one row per line, for Sudoku). It is
 deterministic: it iterates lists, tuples and dicts (insertion-ordered), never a set, and draws
 nothing at random. A program is a few hundred characters of plain Python, because these are the
@@ -67,18 +67,22 @@ _FREE_EDGE_BLIND = 'if 0 <= y < H - 1 and 0 <= x < W - 1 and g[y][x] != "#"'
 
 _GRID_HEADER = """g = {rows}
 H, W = len(g), len(g[0])
+A, G = {start}, {goal}
 M = {moves}
-def find(ch):
-    return next((r, c) for r in range(H) for c in range(W) if g[r][c] == ch)
 """
+"""A Plan-Path program's data. The agent's and the goal's cells are literal coordinates (the prompt's
+`A=r,c G=r,c` line), not looked up in the rows: a search then needs only the walls of its copy of
+the grid right. Looked up (`find("A")`), one cell of a 36-cell copy written `G` where `A` stands made
+the program crash, and that was most crashes of a warm-started tool (trials 2 and 5,
+docs/learning.md)."""
 _PRINT_MOVES = 'print("#### [" + ", ".join({moves}) + "]")\n'
 _PRINT_MOVES_COMPACT = 'print("[" + ",".join({moves}) + "]")\n'
 """How a program prints its moves: the paper templates' `#### [U, R]`, or the compact templates'
 `[U,R]` (`compact=True`), so a program prints its answer in the format its prompt asks for and the
 plan agent, shown that output, answers by copying it."""
 
-_BFS = """path = {{find("A"): []}}
-queue = [find("A")]
+_BFS = """path = {{A: []}}
+queue = [A]
 for r, c in queue:
     for m, dr, dc in M:
         y, x = r + dr, c + dc
@@ -87,9 +91,9 @@ for r, c in queue:
             queue.append((y, x))
 """
 
-_DFS = """seen = {{find("A")}}
+_DFS = """seen = {{A}}
 def dfs(r, c, moves):
-    if g[r][c] == "G":
+    if (r, c) == G:
         return moves
     if len(moves) < {cap}:
         for m, dr, dc in M:
@@ -102,7 +106,7 @@ def dfs(r, c, moves):
     return []
 """
 
-_GREEDY = """(r, c), (gr, gc) = find("A"), find("G")
+_GREEDY = """(r, c), (gr, gc) = A, G
 moves = []
 while (r, c) != (gr, gc):
     for m, dr, dc in M:
@@ -125,12 +129,16 @@ def planpath_program(obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP, com
         raise ValueError(f"not a Plan-Path observation: {obs!r}")
     moves = _MOVES_SWAPPED_UD if strategy == "bfs_swapped_ud" else _MOVES
     print_moves = _PRINT_MOVES_COMPACT if compact else _PRINT_MOVES
-    head = _GRID_HEADER.format(rows=repr(rows).replace("'", '"'), moves=moves)
+    (start,) = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "A"]
+    goal = next(((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "G"), None)
+    if goal is None:
+        raise ValueError(f"a Plan-Path observation without a goal: {obs!r}")
+    head = _GRID_HEADER.format(rows=repr(rows).replace("'", '"'), start=start, goal=goal, moves=moves)
     if strategy in ("bfs", "bfs_swapped_ud", "bfs_edge_blind"):
         free = _FREE_EDGE_BLIND if strategy == "bfs_edge_blind" else _FREE
-        return head + _BFS.format(free=free) + print_moves.format(moves='path.get(find("G"), [])')
+        return head + _BFS.format(free=free) + print_moves.format(moves="path.get(G, [])")
     if strategy == "dfs_capped":
-        return head + _DFS.format(cap=int(depth_cap), free=_FREE) + print_moves.format(moves='dfs(*find("A"), [])')
+        return head + _DFS.format(cap=int(depth_cap), free=_FREE) + print_moves.format(moves="dfs(*A, [])")
     if strategy == "greedy":
         return head + _GREEDY.format(free=_FREE) + print_moves.format(moves="moves")
     raise ValueError(f"unknown Plan-Path strategy {strategy!r}; expected one of {PLANPATH_STRATEGIES}")
