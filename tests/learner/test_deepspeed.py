@@ -34,6 +34,8 @@ from deepspeed_cases import (
 
 from atgrpo.learner.backends import TorchBackend
 from atgrpo.learner.distributed import ENV_KEYS, free_port
+from atgrpo.learner.packing import OptimizerStep
+from atgrpo.learner.proximal import train_policy_step
 from atgrpo.models.folder import load_model
 
 HERE = Path(__file__).resolve().parent
@@ -361,4 +363,19 @@ def test_world_of_one_streamed_equals_batch(world_of_one, model_dir, steps, grad
         for chunk in chunks[0] + chunks[1]:
             ds.accumulate([steps[i][j] for j in chunk])
         assert_metrics_close(ds.finish_step(total_tokens(steps[i])), want)
+    assert_weights_close(ds.export_weights(), snapshot(ref))
+
+
+@pytest.mark.parametrize("stage", (0, 3))
+def test_pipelined_minibatches_with_the_proximal_pass_match_torch(world_of_one, model_dir, steps, grad_clip, stage):
+    # Decoupled loss, two mini-batches: DeepSpeed's proximal pass (a padded forward, a collective
+    # under ZeRO-3) scores what the torch backend's does, and both then take the same updates.
+    loss = dataclasses.replace(LOSS, is_cap=2.0)
+    ref, ds = torch_backend(model_dir, grad_clip, loss), ds_backend(model_dir, stage, grad_clip, loss)
+    plan = [OptimizerStep(steps[i], total_tokens(steps[i])) for i in range(2)]
+    want, got = (train_policy_step(be, plan, decoupled=True) for be in (ref, ds))
+    assert got["proximal_pass"] == want["proximal_pass"] == 1.0
+    assert_metrics_close(
+        {k: v for k, v in got.items() if k != "proximal_s"}, {k: v for k, v in want.items() if k != "proximal_s"}
+    )
     assert_weights_close(ds.export_weights(), snapshot(ref))
