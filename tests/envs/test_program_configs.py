@@ -36,8 +36,7 @@ def test_the_context_holds_the_longest_prompts_with_their_budgets(task: str) -> 
     budgets = cfg.agent_max_new_tokens()
     context = cfg.policies["shared"].tiny.max_positions
     # The longest output note the plan agent is shown (it is shown the output, not the program).
-    note = ("#### [U, R, D, L]" * 20)[:TOOL_ANSWER_CHARS]
-    shown = f"output: {note}"
+    shown = ("#### [U, R, D, L]" * 20)[:TOOL_ANSWER_CHARS]
     for o in obs:
         plan = wf.prompt_text(PLAN, o, 0, Simulation(0, shown, False, False, 0.0))
         assert len(tok.encode(plan, add_special_tokens=False)) + budgets[PLAN] <= context

@@ -21,6 +21,8 @@ from atgrpo.workflows.games import PROGRAM_INSTRUCTION, TOOL_ANSWER_CHARS, GameW
 from atgrpo.workflows.programs import LazySandbox, compiles, run_printing_programs
 
 COUNT = 12
+OUTPUT_FIELD = 48
+"""The compact `program_view` template's field: `{tool_output:~<48.48}`."""
 CONFIGS = {"planpath": [], "sudoku": ['task.task="sudoku"']}
 
 
@@ -80,10 +82,11 @@ def test_program_demos_are_the_familys_programs_and_the_plan_sees_their_real_out
         assert observation(task, prompt) == observation(task, tool_prompt[0])
         assert program.strip() not in prompt, prompt  # the plan agent acts on the output, not the code
         output = run.text.strip()
-        assert f"output: {output[-TOOL_ANSWER_CHARS:]}=" in prompt
+        frame = output[-TOOL_ANSWER_CHARS:][:OUTPUT_FIELD].ljust(OUTPUT_FIELD, "~")
+        assert f":{frame}\nP:" in prompt, prompt  # the compact templates' fixed-width field
         if strategy == CORRECT[task]:
-            assert "=goal\n" in prompt  # the correct program's output reaches the goal
-        if "=goal\n" in prompt:  # whichever program printed a winning answer: the target copies it
+            assert "\nTgoal:" in prompt  # the correct program's output reaches the goal
+        if "\nTgoal:" in prompt:  # whichever program printed a winning answer: the target copies it
             assert answer == wf.templates.answer_text(output)
         if task == "planpath":
             assert parse_moves(answer.encode(), 256), answer  # the target is a move list, not a program

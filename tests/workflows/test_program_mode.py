@@ -49,10 +49,11 @@ def test_tool_programs_are_run_parsed_and_shown(tmp_path: Path):
     assert not expected.valid[2] and not expected.valid[3]  # no output / unparseable output: invalid
     assert not marker.exists()  # the printed text was parsed, never evaluated
     plan_prompts = eng.calls[1][0]
-    assert all("output:" in p and "print(" not in p for p in plan_prompts)  # the output, not the code
+    assert all("print(" not in p for p in plan_prompts)  # the plan agent is shown the output, not the code
     best = int(np.argmax([s.reward for s in tool]))
     printed = ["[U]", "[D, D]"][best] if best < 2 else None
-    assert printed is None or all(f"output: {printed}" in p for p in plan_prompts)  # the chosen one's
+    # the chosen program's output, in the compact template's fixed-width field, right before the answer
+    assert printed is None or all(p.endswith(f":{printed.ljust(48, '~')}\nP:") for p in plan_prompts)
 
 
 def test_answer_mode_is_unchanged_by_default():

@@ -9,8 +9,14 @@ Program mode (`task.tool_mode = "program"`, the paper's setting): the tool agent
 program that prints a move list; it runs in the sandbox with no input, and its stdout is handed to
 the env's parser as the tool agent's answer (parsed, never evaluated; a program that fails to compile
 or run answers nothing, an invalid action). The plan agent sees what the program printed (or why it
-printed nothing) and the simulated outcome, not the program: it acts on the output, and a program
-shown whole would double the plan prompt's length for text the plan agent does not act on. The workflow then holds a sandbox until `close()`. What each program did (ran,
+printed nothing) and the simulated outcome, through the task pack's `program_view` template, not
+the program: it acts on the output, and a program shown whole would double the plan prompt's length
+for text the plan agent does not act on. The compact templates show the output in a fixed-width
+field (`{tool_output:~<48.48}`, after the outcome), so the plan agent's answer starts a fixed number
+of tokens after the output does: copying a winning output is then a copy at one relative distance,
+which a small RoPE model learns as it learns the tool's copy of its level; with the output's own
+length between them (trial 6, docs/learning.md), the warm-started planner rarely copied even a
+winning output. The workflow then holds a sandbox until `close()`. What each program did (ran,
 timed out, ...; `tool_programs.py`) is counted per unit into `UnitResult.tool_programs`.
 """
 
@@ -50,6 +56,11 @@ class GameWorkflow(TreeWorkflow):
         """`EnvPool` keys: the task's env parameters, with the episode limit set to `turns`."""
         self.templates: Templates = load_templates(self.task, cfg.task.prompts)
         self.program_mode = cfg.task.tool_mode == "program"
+        if self.program_mode and self.templates.program_view is None:
+            raise ValueError(
+                f"task.tool_mode = 'program' needs envs/{self.task}/prompts/{cfg.task.prompts}/program_view.txt "
+                "(how the plan agent is shown a program's output); this task pack has none"
+            )
         self.sandbox = LazySandbox(cfg)
 
     def open(self, unit: WorkUnit, k: int) -> PoolStates:
@@ -66,7 +77,11 @@ class GameWorkflow(TreeWorkflow):
         section = ""
         if role == PLAN and simulation is not None:
             word = outcome_word(simulation.success, simulation.valid, simulation.local)
-            section = self.templates.tool_view.format(tool_answer=simulation.answer, tool_result=word)
+            if self.program_mode:
+                assert self.templates.program_view is not None  # checked in __init__
+                section = self.templates.program_view.format(tool_output=simulation.answer, tool_result=word)
+            else:
+                section = self.templates.tool_view.format(tool_answer=simulation.answer, tool_result=word)
         template = self.templates.tool if role == TOOL else self.templates.plan
         text = template.format(
             obs=obs, info=task_info(self.task, obs), turn=turn + 1, turns=self.turns, tool_section=section
@@ -90,7 +105,7 @@ class GameWorkflow(TreeWorkflow):
                 out = run.text[-PROGRAM_OUTPUT_CHARS:]
                 note = out.strip()[-TOOL_ANSWER_CHARS:] or "(no output)"
             outputs.append(out)
-            shown.append(f"output: {note}")
+            shown.append(note)
         return outputs, shown, runs
 
 

@@ -3,7 +3,9 @@
 Templates are `str.format` strings with the fields `obs` (the env's rendering), `info` (a short,
 task-specific summary such as coordinates, ending in a newline, or empty), `turn`, `turns` and, for
 the plan agent, `tool_section` (the `tool_view` template filled with the tool agent's chosen answer
-and its simulated outcome; empty in single-agent runs). `compact` templates are for the small
+and its simulated outcome; empty in single-agent runs). In program mode the plan agent's view of
+the tool is the optional `program_view` template instead, with the fields `tool_output` (what the
+program printed, or why it printed nothing) and `tool_result`. `compact` templates are for the small
 built-in model (character tokenizer, short prompts); `paper` templates are the paper-style
 instructions for real chat models and are wrapped in the tokenizer's chat template
 (`encode_prompt`). `compact_turn` (games) is `compact` with the turn number. Whatever one agent is
@@ -18,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 
 ROLE_FILES = ("tool", "plan", "tool_view")
+OPTIONAL_FILES = ("program_view",)
+"""Templates a task pack may leave out: `program_view` exists only where program mode does."""
 FEEDBACK_CHARS = 1500
 """Anything one agent is shown of another's output is cut to this many characters (bounded prompts)."""
 COMPACT_CHARS = 200
@@ -59,6 +63,7 @@ class Templates:
     tool: str
     plan: str
     tool_view: str
+    program_view: str | None = None
 
     def answer_text(self, solver_plan: str) -> str:
         """A solver answer (`#### [U, R]` or `####\\n<grid>`) in this style's answer format."""
@@ -81,7 +86,9 @@ def read_templates(task: str, style: str, names: tuple[str, ...]) -> dict[str, s
 
 @lru_cache(maxsize=None)
 def load_templates(task: str, style: str) -> Templates:
-    return Templates(style=style, **read_templates(task, style, ROLE_FILES))
+    folder = envs_dir() / task / "prompts" / style
+    optional = tuple(n for n in OPTIONAL_FILES if (folder / f"{n}.txt").is_file())
+    return Templates(style=style, **read_templates(task, style, ROLE_FILES + optional))
 
 
 def planpath_info(obs: str) -> str:

@@ -139,7 +139,7 @@ def test_the_transcripts_hold_each_program_its_output_and_the_planners_answer(
     for r in records:
         tool, plan = r["turns"][0], r["turns"][1]
         assert (tool["agent"], plan["agent"], plan["text"]) == ("tool", "plan", "[R]")
-        assert tool["text"] == fence(program) and tool["shown"] == "output: [U]"
+        assert tool["text"] == fence(program) and tool["shown"] == "[U]"
         assert isinstance(tool["alone_valid"], bool) and tool["alone_success"] is False  # one move never solves
         assert "shown" not in plan  # the planner acts on the real state: nothing simulated
 
