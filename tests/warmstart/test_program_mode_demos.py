@@ -1,7 +1,7 @@
 """Program-mode warm-start demos: the tool agent's are programs of the strategy family, drawn from
 the documented mix, that compile; the plan agent's prompts hold the real output of the tool's
 program (run again here, in a sandbox of the test's own), never the program, and its target is the
-solver's answer, or the output itself where that alone reaches the goal."""
+output itself where the env parses it, else the solver's answer."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from atgrpo.warmstart.program_demos import CORRECT, strategies, strategy_program
 from atgrpo.warmstart.program_mix import DEPTH_CAP, MIXES, draw_strategies, mix_programs
 from atgrpo.workflows.games import PROGRAM_INSTRUCTION, TOOL_ANSWER_CHARS, GameWorkflow
 from atgrpo.workflows.programs import LazySandbox, compiles, run_printing_programs
+from atgrpo.workflows.tool_programs import printed_answer_parses
 
 COUNT = 12
 OUTPUT_FIELD = 48
@@ -86,8 +87,10 @@ def test_program_demos_are_the_familys_programs_and_the_plan_sees_their_real_out
         assert f":{frame}\nP:" in prompt, prompt  # the compact templates' fixed-width field
         if strategy == CORRECT[task]:
             assert "\nTgoal:" in prompt  # the correct program's output reaches the goal
-        if "\nTgoal:" in prompt:  # whichever program printed a winning answer: the target copies it
+        if printed_answer_parses(task, wf.env_config, output):  # whatever parses, winning or not, is copied
             assert answer == wf.templates.answer_text(output)
+        else:  # nothing usable printed: the solver's answer
+            assert answer != wf.templates.answer_text(output)
         if task == "planpath":
             assert parse_moves(answer.encode(), 256), answer  # the target is a move list, not a program
 

@@ -13,10 +13,14 @@ answer mode, so `tool_noise` is not used). What the plan agent is shown of a too
 action simulated, come from `GameWorkflow.actions`, the rollouts' own path: in program mode each
 program really runs in the workflow's sandbox (`run_printing_programs`, nothing given to it) and
 the plan agent's prompt holds its real output and the simulation's outcome. The plan agent's target
-is the solver's answer, except in program mode when the program's output alone reaches the goal:
-then it is that output, copied. A team's gain comes from the plan agent acting on what ran, and a
-target that differed from a winning output (another optimal path, of the solver's tie-breaking)
-would teach it to distrust even the programs that solve the level.
+is the solver's answer, except in program mode when the program printed an answer the env parses
+(whether or not it reaches the goal): then it is that output, copied. The warm start teaches the
+plan agent to act on what ran, and RL, from the simulated outcome it is shown, when not to. Two
+targets that were tried and failed (trials 6 and 7, docs/learning.md): the solver's answer always,
+which taught distrust even of winning programs; and a copy only of winning outputs, the solver's
+answer otherwise, under which the plan agent learned to undo the most frequent demo's flaw (the
+solver's path is the swapped-move program's output with U and D exchanged) and so, once RL had
+made the tool's programs right, broke their right answers.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from atgrpo.envs import EnvPool
 from atgrpo.warmstart.program_mix import mix_programs
 from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow
 from atgrpo.workflows.states import Simulation
+from atgrpo.workflows.tool_programs import printed_answer_parses
 
 DEMO_SEED_BASE = 1 << 40
 MOVES = "UDLR"
@@ -117,7 +122,9 @@ def make_demos(
             ]
             if wf.program_mode:
                 plan_targets = [
-                    wf.templates.answer_text(actions[i].strip()) if sim.success[i] else t
+                    wf.templates.answer_text(actions[i].strip())
+                    if sim.valid[i] or printed_answer_parses(wf.task, wf.env_config, actions[i])
+                    else t
                     for i, t in enumerate(plan_targets)
                 ]
         for i, e in enumerate(ids if PLAN in keep else []):
