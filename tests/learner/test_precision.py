@@ -247,7 +247,7 @@ def test_accumulate_moves_micro_batches_to_the_models_device(model_dir, steps, m
     b = TorchBackend(load_model(model_dir).to("meta"), lr=1e-3, weight_decay=0.0, grad_clip=1.0, loss_cfg=LOSS)
     seen: list[set[torch.device]] = []
 
-    def probe(model, mb, cfg, ref_model):
+    def probe(model, mb, cfg, ref_model, proximal=None):
         seen.append({t.device for t in mb.tensors().values()})
         raise _Stop
 

@@ -93,9 +93,9 @@ def test_each_policy_trains_only_on_its_roles_samples(tmp_path: Path, share_pref
     for p, backend in trainer.backends.items():
         real = backend.train_step
 
-        def record(mbs, total_tokens, p=p, real=real):
+        def record(mbs, total_tokens, proximal=None, *, p=p, real=real):
             seen[p].append(([first_prompt_tokens(mb) for mb in mbs], total_tokens))
-            return real(mbs, total_tokens)
+            return real(mbs, total_tokens, proximal)
 
         backend.train_step = record
     first = {"tool": 11, "plan": 12}  # a prompt's first token says which role it was made for

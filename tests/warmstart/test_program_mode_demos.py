@@ -21,7 +21,7 @@ from atgrpo.workflows.games import PROGRAM_INSTRUCTION, TOOL_ANSWER_CHARS, GameW
 from atgrpo.workflows.programs import LazySandbox, compiles, run_printing_programs
 from atgrpo.workflows.tool_programs import printed_answer_parses
 
-COUNT = 12
+COUNT = 40
 OUTPUT_FIELD = 48
 """The compact `program_view` template's field: `{tool_output:~<48.48}`."""
 CONFIGS = {"planpath": [], "sudoku": ['task.task="sudoku"']}
