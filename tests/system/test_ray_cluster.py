@@ -53,7 +53,11 @@ SAME = (
     "learner/shared/version",
 )
 """Metrics that depend only on what was sampled and trained, never on who sampled it, where or when."""
-NODE_DEATH_FAST = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000, "health_check_failure_threshold": 3}
+NODE_DEATH_FAST = {
+    "health_check_initial_delay_ms": 1000,
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
 
 
 @pytest.fixture(scope="module")
