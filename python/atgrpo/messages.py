@@ -10,7 +10,7 @@ Producer -> consumer is named on every class. "hub" is the learner's rank 0.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 
@@ -135,6 +135,14 @@ class EnvResult(msgspec.Struct, array_like=True):
     episode_return: float
 
 
+_Summed = TypeVar("_Summed", "UnitTimings", "ToolPrograms")
+
+
+def _field_sum(a: _Summed, b: _Summed) -> _Summed:
+    """`a` and `b` (one struct type of numeric fields) added field by field: how per-unit totals sum."""
+    return type(a)(*(x + y for x, y in zip(msgspec.structs.astuple(a), msgspec.structs.astuple(b))))
+
+
 class UnitTimings(msgspec.Struct, array_like=True):
     """Seconds an actor spent on one unit, by activity. Workflow (generate, env) and actor (sync, idle)
     -> hub, inside the unit's `last` `SampleBatch`; the hub sums them over a step's units."""
@@ -149,7 +157,7 @@ class UnitTimings(msgspec.Struct, array_like=True):
     """Waiting for work since the previous unit."""
 
     def __add__(self, other: "UnitTimings") -> "UnitTimings":
-        return UnitTimings(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
+        return _field_sum(self, other)
 
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -182,7 +190,7 @@ class ToolPrograms(msgspec.Struct, array_like=True):
     `max_new_tokens`); never run."""
 
     def __add__(self, other: "ToolPrograms") -> "ToolPrograms":
-        return ToolPrograms(*(a + b for a, b in zip(msgspec.structs.astuple(self), msgspec.structs.astuple(other))))
+        return _field_sum(self, other)
 
     def metrics(self) -> dict[str, float]:
         """`programs` (= `answers`) and each other count as a share of it, keyed by the names the

@@ -33,7 +33,7 @@ from atgrpo.envs import EnvPool
 from atgrpo.warmstart.program_mix import mix_programs
 from atgrpo.workflows.games import PLAN, TOOL, GameWorkflow
 from atgrpo.workflows.states import Simulation
-from atgrpo.workflows.tool_programs import printed_answer_parses
+from atgrpo.workflows.tool_programs import answer_parsed
 
 DEMO_SEED_BASE = 1 << 40
 MOVES = "UDLR"
@@ -123,7 +123,7 @@ def make_demos(
             if wf.program_mode:
                 plan_targets = [
                     wf.templates.answer_text(actions[i].strip())
-                    if sim.valid[i] or printed_answer_parses(wf.task, wf.env_config, actions[i])
+                    if answer_parsed(wf.task, wf.env_config, actions[i], bool(sim.valid[i]))
                     else t
                     for i, t in enumerate(plan_targets)
                 ]

@@ -52,6 +52,8 @@ counts as unparseable), a partial walk, or a grid with empty cells.
 
 from __future__ import annotations
 
+from atgrpo.workflows.prompts import agent_and_goal
+
 PLANPATH_STRATEGIES = ("bfs", "dfs_capped", "greedy", "bfs_swapped_ud", "bfs_edge_blind")
 SUDOKU_STRATEGIES = ("backtrack", "greedy", "rows_only", "no_boxes")
 CORRECT = {"planpath": "bfs", "sudoku": "backtrack"}
@@ -129,10 +131,10 @@ def planpath_program(obs: str, strategy: str, *, depth_cap: int = DEPTH_CAP, com
         raise ValueError(f"not a Plan-Path observation: {obs!r}")
     moves = _MOVES_SWAPPED_UD if strategy == "bfs_swapped_ud" else _MOVES
     print_moves = _PRINT_MOVES_COMPACT if compact else _PRINT_MOVES
-    (start,) = [(r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "A"]
-    goal = next(((r, c) for r, row in enumerate(rows) for c, ch in enumerate(row) if ch == "G"), None)
-    if goal is None:
+    cells = agent_and_goal(obs)  # the prompt's `A=r,c G=r,c` line, so the literals are the prompt's
+    if cells is None:
         raise ValueError(f"a Plan-Path observation without a goal: {obs!r}")
+    start, goal = cells
     head = _GRID_HEADER.format(rows=repr(rows).replace("'", '"'), start=start, goal=goal, moves=moves)
     if strategy in ("bfs", "bfs_swapped_ud", "bfs_edge_blind"):
         free = _FREE_EDGE_BLIND if strategy == "bfs_edge_blind" else _FREE

@@ -72,37 +72,43 @@ class Templates:
         return solver_plan
 
 
-def read_templates(task: str, style: str, names: tuple[str, ...]) -> dict[str, str]:
-    """`envs/<task>/prompts/<style>/<name>.txt` for each name; a missing file is an error naming it."""
+def read_templates(task: str, style: str, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str]:
+    """`envs/<task>/prompts/<style>/<name>.txt` for each name; a missing file is an error naming it.
+    Each of `optional` is read where its file exists and left out where not."""
     folder = envs_dir() / task / "prompts" / style
     texts = {}
-    for name in names:
+    for name in (*names, *optional):
         file = folder / f"{name}.txt"
-        if not file.is_file():
+        if file.is_file():
+            texts[name] = file.read_text()
+        elif name not in optional:
             raise FileNotFoundError(f"prompt template {file} is missing")
-        texts[name] = file.read_text()
     return texts
 
 
 @lru_cache(maxsize=None)
 def load_templates(task: str, style: str) -> Templates:
-    folder = envs_dir() / task / "prompts" / style
-    optional = tuple(n for n in OPTIONAL_FILES if (folder / f"{n}.txt").is_file())
-    return Templates(style=style, **read_templates(task, style, ROLE_FILES + optional))
+    return Templates(style=style, **read_templates(task, style, ROLE_FILES, OPTIONAL_FILES))
 
 
-def planpath_info(obs: str) -> str:
-    """Coordinates of the agent and the goal (row, column), which a small model cannot easily count."""
-    rows = obs.splitlines()
+def agent_and_goal(obs: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The (row, column) cells of `A` and `G` in a Plan-Path rendering; None when either is missing.
+    The prompts' `A=r,c G=r,c` line and the program demos' literal coordinates both come from here."""
     found = {}
-    for r, line in enumerate(rows):
+    for r, line in enumerate(obs.splitlines()):
         for ch in "AG":
             c = line.find(ch)
             if c >= 0:
                 found[ch] = (r, c)
-    if len(found) < 2:
+    return (found["A"], found["G"]) if len(found) == 2 else None
+
+
+def planpath_info(obs: str) -> str:
+    """Coordinates of the agent and the goal (row, column), which a small model cannot easily count."""
+    cells = agent_and_goal(obs)
+    if cells is None:
         return ""
-    (ar, ac), (gr, gc) = found["A"], found["G"]
+    (ar, ac), (gr, gc) = cells
     return f"A={ar},{ac} G={gr},{gc}\n"
 
 

@@ -35,6 +35,12 @@ def printed_answer_parses(task: str, env_config: dict[str, Any], text: str) -> b
     return parse_moves(data, common.max_moves) is not None
 
 
+def answer_parsed(task: str, env_config: dict[str, Any], text: str, valid: bool) -> bool:
+    """The env parsed `text`: a valid answer did; for one it found invalid (an illegal move, or
+    nothing parseable) the reference parser decides (`printed_answer_parses`)."""
+    return bool(valid) or printed_answer_parses(task, env_config, text)
+
+
 def program_outcome(run: PrintedOutput, parsed: bool) -> str:
     """One of `OUTCOMES` for a program's run, `parsed` telling whether the env parsed what it printed."""
     if run.verdict is None:
@@ -60,11 +66,10 @@ def count_programs(
     counts = dict.fromkeys(OUTCOMES, 0)
     alone = 0
     for run, text, ok, solved in zip(runs, printed, valid, success, strict=True):
-        # A valid answer parsed; only the others need the parser's word (illegal moves still parse).
-        outcome = program_outcome(run, bool(ok) or printed_answer_parses(task, env_config, text))
+        outcome = program_outcome(run, answer_parsed(task, env_config, text, ok))
         counts[outcome] += 1
         alone += int(outcome == RAN and bool(solved))
     return ToolPrograms(answers=len(runs), alone_success=alone, **counts)
 
 
-__all__ = ["OUTCOMES", "count_programs", "printed_answer_parses", "program_outcome"]
+__all__ = ["OUTCOMES", "answer_parsed", "count_programs", "printed_answer_parses", "program_outcome"]
