@@ -100,14 +100,44 @@ def test_each_run_keeps_its_transcripts_once(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(runner, "run_one", fake_run)
     monkeypatch.setattr(runner, "keep_transcripts", fake_transcripts)
-    only = ("sa_prompt", "mas_atgrpo")
+    only = ("sa_grpo", "mas_atgrpo")
     runner.run_suite(PLANPATH, out=tmp_path, seeds=(0,), only=only)
     assert made == [(tmp_path / "paper_planpath" / name / "seed0", 20) for name in only]
-    (tmp_path / "paper_planpath" / "sa_prompt" / "seed0" / runner.TRANSCRIPTS).unlink()
+    (tmp_path / "paper_planpath" / "sa_grpo" / "seed0" / runner.TRANSCRIPTS).unlink()
     runner.run_suite(PLANPATH, out=tmp_path, seeds=(0,), only=only, run_missing=False)
     assert len(made) == 2  # --no-run starts nothing, not even the transcripts
     runner.run_suite(PLANPATH, out=tmp_path, seeds=(0,), only=only)
-    assert made[2:] == [(tmp_path / "paper_planpath" / "sa_prompt" / "seed0", 20)]  # the missing one only
+    assert made[2:] == [(tmp_path / "paper_planpath" / "sa_grpo" / "seed0", 20)]  # the missing one only
+
+
+def test_a_prompt_arm_is_its_rl_arms_start_evaluation_and_is_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sa_prompt and mas_prompt are the start evaluations of sa_grpo's and mas_atgrpo's runs (the
+    same warm-started model, the same greedy evaluation): only the RL arms run, once."""
+    ran: list[str] = []
+
+    def fake_run(cmd: list[str], folder: Path, *_: object) -> None:
+        ran.append(folder.parent.name)
+        finished_run(folder, PLANPATH, folder.parent.name, int(folder.name.removeprefix("seed")))
+
+    monkeypatch.setattr(runner, "run_one", fake_run)
+    monkeypatch.setattr(runner, "keep_transcripts", lambda folder, *_: (folder / runner.TRANSCRIPTS).write_text(""))
+    only = ("sa_prompt", "sa_grpo", "mas_prompt", "mas_atgrpo")
+    summary = runner.run_suite(PLANPATH, out=tmp_path, seeds=(0,), only=only)
+    assert ran == ["sa_grpo", "mas_atgrpo"]  # each once: the prompt arm asked first made its source's run
+    assert not (tmp_path / "paper_planpath" / "sa_prompt").exists()
+    stored = json.loads((tmp_path / "paper_planpath" / "results.json").read_text())
+    prompt, rl = stored["arms"]["mas_prompt"]["runs"]["0"], stored["arms"]["mas_atgrpo"]["runs"]["0"]
+    assert (prompt["start"], prompt["final"], prompt["steps"]) == (rl["start"], rl["start"], 0) == (0.05, 0.05, 0)
+    assert summary["arms"]["mas_prompt"]
+    # A source run made with another warm start is not the prompt arm's run: refused, naming the key.
+    folder = tmp_path / "paper_planpath" / "mas_atgrpo" / "seed0"
+    cfg = load_config(folder / "config.toml")
+    changed = cfg.model_copy(update={"warmstart": cfg.warmstart.model_copy(update={"steps": 7})})
+    (folder / "config.toml").write_text(changed.to_toml())
+    with pytest.raises(LearningSuiteError, match=r"mas_prompt.*warmstart\.steps"):
+        runs.check_start_of(folder, PLANPATH, PLANPATH.arms[2], 0, None, [])
 
 
 SPEC = TinyModelSpec(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1)

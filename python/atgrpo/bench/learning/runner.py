@@ -7,6 +7,9 @@ Invariants:
   the one its command makes (`runs.check_same_run`); else the suite stops and says which keys differ.
   A run cut off before its end has no `eval.json` and is run again: `atgrpo-train` itself resumes
   it from its last checkpoint.
+- An arm with `start_of` is not run: it is the start evaluation of its source arm's run of the same
+  seed (made first if missing), once `runs.check_start_of` finds the two configs differ in RL
+  settings alone; it has no folder, nor transcripts, of its own.
 - Runs compute with AVX2 kernels (`CPU_ISA_PIN`) unless the caller's environment picks an
   instruction set: the same seed then learns the same on AVX2-only and AVX-512 machines.
 - Each run leaves `wall.json` beside its own files: its wall time, the kernels' instruction set, the
@@ -37,8 +40,16 @@ from pathlib import Path
 
 from atgrpo.bench.learning.plot import Curve, plot_suite
 from atgrpo.bench.learning.report import report
-from atgrpo.bench.learning.runs import check_same_run, command, prompts_digest, report_dir, run_dir, variant_overrides
-from atgrpo.bench.learning.suites import CONFIGS, Suite
+from atgrpo.bench.learning.runs import (
+    check_same_run,
+    check_start_of,
+    command,
+    prompts_digest,
+    report_dir,
+    run_dir,
+    variant_overrides,
+)
+from atgrpo.bench.learning.suites import CONFIGS, Arm, Suite
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 from atgrpo.metrics import read_metrics
@@ -141,6 +152,16 @@ def read_run(out_dir: Path) -> RunResult:
     )
 
 
+def start_of(run: RunResult, source: str) -> RunResult:
+    """A prompt-only arm's result measured on `run` (`Arm.start_of`): its start evaluation as start
+    and end, no RL step. Its wall is `run`'s less its RL minutes (the warm start, the start
+    evaluation and the process around them), close to what the prompt-only run itself takes."""
+    first = run.curve[:1]
+    rl_s = run.curve[-1][1] * 60.0 if run.curve else 0.0
+    meta = {**run.meta, "start_of": source}
+    return RunResult(run.start, run.start, 0, max(run.wall_s - rl_s, 0.0), list(first), meta)
+
+
 CPU_ISA_PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 """Every run computes with AVX2 kernels (torch's own, MKL's, oneDNN's) unless the caller's environment
 sets these itself. The kernels' reduction order follows the instruction set, and RL amplifies a
@@ -232,29 +253,45 @@ def run_suite(
             f"--only: no arm {sorted(unknown)} in suite {suite.name!r}; its arms: {[a.name for a in suite.arms]}"
         )
     arms = [a for a in suite.arms if not only or a.name in only]
+    by_name = {a.name: a for a in suite.arms}
     results: dict[str, dict[int, RunResult]] = {}
     missing: list[str] = []
     session = f"{time.strftime('%Y-%m-%dT%H:%M:%S')}-{os.getpid()}"  # this call: runs it makes share one sitting
+
+    def finished(arm: Arm, seed: int) -> Path | None:
+        """The folder of `arm`'s finished run of `seed`: run now if missing (None under --no-run),
+        else checked to be the run its command makes; with its transcripts."""
+        folder = run_dir(out, suite, arm, seed, steps, extra)
+        if not (folder / "eval.json").exists() and not run_missing:
+            return None
+        if not (folder / "eval.json").exists():
+            cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
+            print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
+            run_one(cmd, folder, timeout_s, session, suite.configs)
+        else:
+            check_same_run(folder, suite, arm, seed, steps, list(extra or []))
+            print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
+        if suite.transcripts and run_missing and not (folder / TRANSCRIPTS).is_file():
+            print(
+                f"[{suite.name}] {arm.name} seed {seed}: transcripts of {suite.transcripts} held-out episodes",
+                flush=True,
+            )
+            keep_transcripts(folder, suite.transcripts, timeout_s)
+        return folder
+
     for arm in arms:
         for seed in seeds if seeds is not None else suite.seeds:
-            folder = run_dir(out, suite, arm, seed, steps, extra)
-            if not (folder / "eval.json").exists() and not run_missing:
+            source = by_name[arm.start_of] if arm.start_of is not None else arm
+            folder = finished(source, seed)
+            if folder is None:
                 missing.append(f"{arm.name} seed {seed}")
                 continue
-            if not (folder / "eval.json").exists():
-                cmd = command(suite, arm, seed, folder.resolve(), steps, list(extra or []))
-                print(f"[{suite.name}] {arm.name} seed {seed}: running", flush=True)
-                run_one(cmd, folder, timeout_s, session, suite.configs)
-            else:
-                check_same_run(folder, suite, arm, seed, steps, list(extra or []))
-                print(f"[{suite.name}] {arm.name} seed {seed}: done before, read back", flush=True)
-            if suite.transcripts and run_missing and not (folder / TRANSCRIPTS).is_file():
-                print(
-                    f"[{suite.name}] {arm.name} seed {seed}: transcripts of {suite.transcripts} held-out episodes",
-                    flush=True,
-                )
-                keep_transcripts(folder, suite.transcripts, timeout_s)
-            results.setdefault(arm.name, {})[seed] = read_run(folder)
+            if arm.start_of is None:
+                results.setdefault(arm.name, {})[seed] = read_run(folder)
+                continue
+            check_start_of(folder, suite, arm, seed, steps, list(extra or []))
+            print(f"[{suite.name}] {arm.name} seed {seed}: the start evaluation of {source.name}'s run", flush=True)
+            results.setdefault(arm.name, {})[seed] = start_of(read_run(folder), source.name)
     if not results:
         raise LearningSuiteError(
             f"suite {suite.name!r}: no finished run to table under {out} (missing: {', '.join(missing)})"

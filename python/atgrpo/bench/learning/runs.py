@@ -25,7 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from atgrpo.bench.learning.suites import CONFIGS, Arm, Suite
+from atgrpo.bench.learning.suites import CONFIGS, RL_ONLY, Arm, Suite
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 
@@ -132,4 +132,20 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
         raise LearningSuiteError(
             f"{folder} holds a run made with another config than `{arm.name}` makes today ({', '.join(changed)} "
             f"differ from {made}): atgrpo's defaults or the arm changed since; move the folder away to run it again"
+        )
+
+
+def check_start_of(source: Path, suite: Suite, arm: Arm, seed: int, steps: int | None, extra: list[str]) -> None:
+    """Refuse to measure `arm` (a `start_of` arm) on the finished run in `source` unless that run's
+    config is the one `arm`'s own command would make but for `RL_ONLY` keys: then its warm start
+    and start evaluation are the ones `arm`'s run would have made."""
+    from atgrpo.learner.checkpoints import config_changes  # torch: only when a run is read back
+
+    today = load_config(suite.config_file(arm), run_sets(suite, arm, seed, source.resolve(), steps, extra))
+    then = load_config(source / "config.toml")
+    changed = [k for k in config_changes(then, today) if k != "run.out_dir" and k not in RL_ONLY]
+    if changed:
+        raise LearningSuiteError(
+            f"`{arm.name}` is measured on `{arm.start_of}`'s run in {source}, but their configs differ in "
+            f"{', '.join(changed)}, not only in {', '.join(RL_ONLY)}: its start evaluation is not `{arm.name}`'s run"
         )

@@ -12,7 +12,8 @@ Invariants:
   overrides): its runs are made once and read back by the others.
 - A suite's config files and the prompt templates its runs read are one task pack's,
   `envs/<task_pack>/` (Plan-Path unless it says otherwise).
-- A prompt-only arm (`run.steps=0`) trains nothing: it is the warm-started model, evaluated.
+- A prompt-only arm (`run.steps=0`) trains nothing: it is the warm-started model, evaluated. With
+  `start_of` it is measured on another arm's runs, whose start evaluation is that same model's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class Arm:
     base_sets: tuple[str, ...] = ()
     """Overrides that go before the run's own (its seed): a whole-table replacement such as
     `policies={...}`, which would otherwise wipe the `policies.<p>.tiny.seed` set before it."""
+    start_of: str | None = None
+    """A prompt-only arm measured on another arm's runs: the start evaluation of that arm's run of
+    the same seed (its warm-started model on the held-out levels, before any RL step) is this arm's
+    whole run, so it is not made a second time. Both configs may differ in `RL_ONLY` keys alone
+    (`runs.check_start_of`): the warm start and the greedy evaluation read none of them."""
 
     @property
     def prompt_only(self) -> bool:
@@ -80,6 +86,9 @@ class Suite:
         return self.configs / arm.config if arm.config is not None else None
 
 
+RL_ONLY = ("run.steps", "rollout.sampling", "rollout.grouping")
+"""The keys a `start_of` arm's config may differ in from its source arm's (beside `run.out_dir`): how
+many RL steps, and how RL samples and groups; the warm start and the start evaluation read none."""
 PROMPT_ONLY = ("run.steps=0",)
 """The prompt-only arms' override: no RL step, so the start and end evaluations are the warm-started model."""
 SA = ('task.roles=["plan"]',)
@@ -106,9 +115,21 @@ def paper_arms(full: bool) -> tuple[Arm, ...]:
     trajectory groups, one policy per role and the grouping ablation's agent-only and turn-only rows;
     else the four rows Sudoku keeps, to save machine hours."""
     arms = [
-        Arm("sa_prompt", (*SA, *PROMPT_ONLY), PROGRAM, doc="the planner alone, warm-started, no RL"),
+        Arm(
+            "sa_prompt",
+            (*SA, *PROMPT_ONLY),
+            PROGRAM,
+            doc="the planner alone, warm-started, no RL (sa_grpo's start evaluation)",
+            start_of="sa_grpo",
+        ),
         Arm("sa_grpo", (*SA, *GRPO), PROGRAM, doc="the planner alone + GRPO (parallel, trajectory groups)"),
-        Arm("mas_prompt", PROMPT_ONLY, PROGRAM, doc="program-writing tool + planner, warm-started, no RL"),
+        Arm(
+            "mas_prompt",
+            PROMPT_ONLY,
+            PROGRAM,
+            doc="program-writing tool + planner, warm-started, no RL (mas_atgrpo's start evaluation)",
+            start_of="mas_atgrpo",
+        ),
     ]
     if full:
         arms.append(Arm("mas_trajectory", GRPO, PROGRAM, doc="tool + planner, parallel sampling, trajectory groups"))
