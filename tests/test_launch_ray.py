@@ -168,17 +168,19 @@ def test_a_ray_run_sends_weights_through_a_store_under_out_dir_unless_set(tmp_pa
 def test_the_learner_host_start_clock_is_a_setting_named_in_its_error(monkeypatch, tmp_path) -> None:
     from types import SimpleNamespace
 
-    from atgrpo.launch.ray_run import Proc, RayRun
+    from atgrpo.launch.ray_run import RayRun
+    from atgrpo.launch.ray_watch import Host
 
     asked: list[float] = []
 
-    def get(_ref, timeout):
+    def get(_refs, timeout):
         asked.append(timeout)
         raise TimeoutError("GetTimeoutError")
 
     monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(get=get))
     run = RayRun(cfg(f'run.out_dir="{tmp_path}"', "launch.ray_host_start_timeout_s=7"), 1)
-    run.learner = Proc("learner", SimpleNamespace(info=SimpleNamespace(remote=lambda: None)), 0)
+    handle = SimpleNamespace(info=SimpleNamespace(remote=lambda: None))
+    run.learners = [Host("learner", handle, None, 0, {}, True, 0)]
     with pytest.raises(LaunchError, match=r"within 7 s \(launch.ray_host_start_timeout_s\)"):
         run._await_learner_start()
     assert asked == [7.0]

@@ -18,7 +18,6 @@ Every node listens on 127.0.0.1 only (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`: Ray
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -27,91 +26,39 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
-from systest_util import child_env, kill_tree, module_cmd, set_args, tiny_sets, train_rows, wait_for
+from ray_util import (
+    NODE_DEATH_FAST,
+    STEPS,
+    assert_nothing_left,
+    finish,
+    processes,
+    reached,
+    same_training,
+    simulated_cluster,
+    start,
+)
+from ray_util import ray_sets as _ray_sets
+from systest_util import train_rows, wait_for
 
-# Before Ray is imported (it reads this once): every node, and the hub, on 127.0.0.1.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install 'atgrpo[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-STEPS = 8
-RUN_TIMEOUT_S = 300.0
-SAME = (
-    "rollout/samples",
-    "learner/samples",
-    "learner/groups",
-    "rollout/reward_mean",
-    "rollout/success",
-    "rollout/episode_return",
-    "rollout/turns",
-    "learner/shared/loss",
-    "learner/shared/tokens",
-    "learner/shared/version",
-)
-"""Metrics that depend only on what was sampled and trained, never on who sampled it, where or when."""
-NODE_DEATH_FAST = {
-    "health_check_initial_delay_ms": 1000,
-    "health_check_period_ms": 1000,
-    "health_check_failure_threshold": 3,
-}
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {"learner_slot": 1},
-            "include_dashboard": False,
-            # A removed node is declared dead after ~3 s, not Ray's default ~30 s: the lost actor's
-            # return on the other worker must come well inside the faulted run's remaining steps,
-            # also on a loaded CI machine (a run of 8 steps can end before a 30 s detector fires).
-            "_system_config": NODE_DEATH_FAST,
-        },
-    )
-    for _ in range(2):
-        c.add_node(num_cpus=2, resources={"actor_slot": 2})
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="atgrpo-tests", logging_level="WARNING", log_to_driver=False)
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    # A removed node is declared dead after ~3 s, not Ray's default ~30 s: the lost actor's return on
+    # the other worker must come well inside the faulted run's remaining steps, also on a loaded CI
+    # machine (a run of 8 steps can end before a 30 s detector fires).
+    head = {"num_cpus": 1, "resources": {"learner_slot": 1}, "_system_config": NODE_DEATH_FAST}
+    with simulated_cluster(head, [{"num_cpus": 2, "resources": {"actor_slot": 2}}] * 2) as c:
+        yield c
 
 
 def ray_sets(out: Path, cluster: Cluster, **extra: object) -> list[str]:
-    return tiny_sets(
-        out,
-        **{
-            "run__steps": STEPS,
-            "run__checkpoint_every": 2,
-            "launch__actors": 2,
-            "launch__backend": '"ray"',
-            "launch__ray_address": json.dumps(cluster.address),
-            "launch__ray_actor_resources": "{actor_slot=1}",
-            "launch__ray_learner_resources": "{learner_slot=1}",
-            "launch__ray_placement_timeout_s": 20,
-            "transport__unit_timeout_s": 5,
-            **extra,
-        },
-    )
-
-
-def start(out: Path, sets: list[str]) -> tuple[subprocess.Popen, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    log = out.parent / f"{out.name}-driver.log"
-    proc = subprocess.Popen(
-        module_cmd("atgrpo.cli.train", *set_args(sets)),
-        stdout=open(log, "w"),
-        stderr=subprocess.STDOUT,
-        env=child_env(),
-        start_new_session=True,
-    )
-    return proc, log
+    return _ray_sets(out, cluster.address, **extra)
 
 
 def start_training(out: Path, cluster: Cluster) -> tuple[subprocess.Popen, Path]:
@@ -122,54 +69,9 @@ def start_training(out: Path, cluster: Cluster) -> tuple[subprocess.Popen, Path]
     return proc, log
 
 
-def finish(proc: subprocess.Popen, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> int:
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        pytest.fail(f"atgrpo-train (ray) did not finish within {timeout_s} s:\n{log.read_text()[-4000:]}")
-
-
-def processes(out: Path) -> list[dict]:
-    path = out / "processes.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def reached(out: Path, step: int) -> bool:
-    """Step `step` of the run in `out` is in its metrics."""
-    path = out / "metrics.jsonl"
-    return path.exists() and step in train_rows(path)
-
-
 def node_ids(cluster: Cluster) -> tuple[str, set[str]]:
     head = cluster.head_node.node_id
     return head, {n.node_id for n in cluster.worker_nodes}
-
-
-def assert_nothing_left(tag_out: Path) -> None:
-    """No placement group of the run is held, no Ray actor alive, no process of the run running."""
-    from ray._private.state import actors
-
-    def leftovers() -> list[str]:
-        alive = [a for a in actors().values() if a.get("State") != "DEAD" and a.get("RayNamespace") == "atgrpo"]
-        held = [g for g in ray.util.placement_group_table().values() if g.get("state") not in ("REMOVED",)]
-        procs = [
-            p.info["cmdline"]
-            for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and str(tag_out) in " ".join(p.info["cmdline"])
-        ]
-        return [*(f"actor {a.get('Name')}" for a in alive), *(f"group {g.get('name')}" for g in held), *map(str, procs)]
-
-    wait_for(lambda: not leftovers() or None, 30, "the run's actors, group and processes to be gone")
-
-
-def same_training(got: dict[int, dict], want: dict[int, dict]) -> None:
-    assert sorted(got) == list(range(1, STEPS + 1))
-    for s in got:
-        assert got[s]["rollout/samples"] == want[s]["rollout/samples"] > 0
-        assert got[s].get("rollout/staleness_max", 0.0) == 0.0
-        diff = {k: (got[s].get(k), want[s].get(k)) for k in SAME if got[s].get(k) != want[s].get(k)}
-        assert not diff, f"step {s} differs from the clean run: {diff}"
 
 
 @pytest.fixture(scope="module")

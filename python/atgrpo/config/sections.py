@@ -438,6 +438,9 @@ class TransportSection(Section):
     (the write runs beside training) is waited for up to half of `unit_timeout_s` more."""
 
 
+RENDEZVOUS_VAR = "ATGRPO_RENDEZVOUS_TIMEOUT_S"
+"""How the Ray launcher hands each learner rank `launch.ray_rendezvous_timeout_s` (read by
+`learner.distributed`; unset under torchrun, whose own store serves the rendezvous)."""
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 """Ray's own resources, which `launch.ray_*_resources` may not name (they have their own settings)."""
 
@@ -445,7 +448,7 @@ RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 class LaunchSection(Section):
     backend: Literal["local", "ray"] = "local"
     """Who starts and supervises the run's processes. local: `atgrpo-train` starts them on this host
-    (ipc). ray: a Ray cluster places them (one placement group per run), restarts a lost actor and
+    (ipc). ray: a Ray cluster places them (two placement groups per run), restarts a lost actor and
     stops them all at the end (`atgrpo.launch.ray_run`, docs/cluster.md); units, samples and weights
     still travel over ZeroMQ (tcp, CURVE keys made for the run)."""
     ray_address: str | None = None
@@ -476,9 +479,17 @@ class LaunchSection(Section):
     ray_learner_resources: dict[str, float] = Field(default_factory=dict)
     """Custom Ray resources each learner rank's bundle asks for."""
     ray_learner_spread: bool = False
-    """Learner ranks on several nodes: one bundle per rank anywhere in the cluster, with
-    `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE` set for torch.distributed. False (the default):
-    every rank on one node, started there by torchrun, as on one host."""
+    """Learner ranks on several nodes: `ray_learner_ranks_per_node` ranks on each, one bundle (and
+    one host) per node, every bundle on a node of its own (STRICT_SPREAD), ranks numbered in node
+    order with `LOCAL_RANK`, `LOCAL_WORLD_SIZE` and `NODE_RANK` set for torch.distributed. False (the
+    default): every rank on one node."""
+    ray_learner_ranks_per_node: int = Field(default=1, ge=1)
+    """With `ray_learner_spread`: the learner's ranks on each node (8 for nodes of 8 GPUs); the ranks'
+    count (`len(learner_devices)`) must be a multiple of it."""
+    ray_rendezvous_timeout_s: float = Field(default=600.0, gt=0.0)
+    """Seconds every rank of a multi-rank learner under Ray has, from its start, to join the
+    process group; past it the run stops naming the ranks that did not join (a wrong
+    `MASTER_ADDR` route, a firewall, a node that cannot start the rank)."""
     max_actor_restarts: int = Field(default=2, ge=0)
     """Times each actor is started again after it dies (Ray: also after its node is lost, then on
     another node); once every actor is past it, the run stops."""

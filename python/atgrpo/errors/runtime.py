@@ -64,6 +64,18 @@ class LaunchError(AtgrpoError, RuntimeError):
     small, or lost a node while the run started (`atgrpo.launch.ray_cluster`)."""
 
 
+class RunProcessLost(AtgrpoError, RuntimeError):
+    """A process of a Ray run ended, or stopped answering, and the run cannot go on; the message names
+    the process, its node, how it ended and its log's tail (`atgrpo.launch.ray_run`, which stops the
+    run and prints it)."""
+
+
+class RendezvousError(AtgrpoError, RuntimeError):
+    """A rank of a multi-rank learner could not reach the rendezvous, or ranks did not join it within
+    its clock (`ATGRPO_RENDEZVOUS_TIMEOUT_S`, `launch.ray_rendezvous_timeout_s`); names them
+    (`atgrpo.learner.distributed`)."""
+
+
 class ActorError(AtgrpoError, RuntimeError):
     """The hub refused this actor or answered out of protocol."""
 

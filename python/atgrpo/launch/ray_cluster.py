@@ -5,12 +5,14 @@ Every failure here is a `LaunchError` raised before any process of the run start
 behind on the cluster: Ray missing (names the extra), a cluster that cannot be reached within
 `launch.ray_connect_timeout_s` (names the address), a request no node set can hold (names what was
 asked and what each node has), and a group that is not reserved within `launch.ray_placement_timeout_s`
-(resources held by others, or a node lost while reserving): the group is removed before the error.
+(resources held by others, or a node lost while reserving): the groups are removed before the error.
 
-The group's bundles, in order: the learner's (one holding every rank's GPUs when the ranks are packed
-on one node, the default; one per rank with `launch.ray_learner_spread`), then one per actor. The
-strategy is SPREAD, so actors go to different nodes where the cluster has them; a bundle of several
-GPUs can only sit on one node, which is what packs the learner.
+Two groups, the learner's reserved first:
+- the learner's: one bundle per node the learner uses, holding the GPUs of that node's ranks (all the
+  ranks by default, so one bundle on one node; `launch.ray_learner_ranks_per_node` of them each with
+  `launch.ray_learner_spread`). Several bundles are STRICT_SPREAD, one per node, so that a node's
+  ranks are the ranks of one bundle and `LOCAL_RANK` is right (`learner_nodes` orders them);
+- the actors': one bundle per actor, SPREAD, so actors go to different nodes where the cluster has them.
 """
 
 from __future__ import annotations
@@ -113,15 +115,25 @@ def connect(cfg: RunConfig, group: list[Bundle]) -> Connection:
 
 @dataclass(frozen=True)
 class Bundle:
-    """One bundle of the run's placement group: who uses it and what it reserves."""
+    """One bundle of a placement group of the run: who uses it and what it reserves."""
 
     role: str
-    """"learner" (rank 0 or all ranks), "learner<r>" (a spread rank r > 0) or "actor<i>"."""
+    """"learner" (the node of rank 0, or of all ranks), "learner<r>" (the node whose first rank is r,
+    before placement tells which node that is) or "actor<i>"."""
     resources: dict[str, float]
+
+    @property
+    def learner(self) -> bool:
+        return self.role.startswith("learner")
+
+
+def ranks_per_node(cfg: RunConfig, ranks: int) -> int:
+    """How many of the learner's `ranks` share a node (and a bundle): all of them unless spread."""
+    return cfg.launch.ray_learner_ranks_per_node if cfg.launch.ray_learner_spread else ranks
 
 
 def bundles(cfg: RunConfig, ranks: int, actors: int) -> list[Bundle]:
-    """The learner's bundle(s), then one per actor (module docstring)."""
+    """The learner's bundles (one per node), then one per actor (module docstring)."""
     la = cfg.launch
     rank_gpus = 1.0 if cfg.train.device.startswith("cuda") else 0.0
     actor_gpus = la.ray_actor_gpus if cfg.rollout.device.startswith("cuda") else 0.0
@@ -130,15 +142,13 @@ def bundles(cfg: RunConfig, ranks: int, actors: int) -> list[Bundle]:
         out = {"CPU": cpus * times, **{k: v * times for k, v in custom.items()}}
         return out | ({"GPU": gpus * times} if gpus else {})
 
-    if la.ray_learner_spread:
-        learner = [
-            Bundle(
-                "learner" if r == 0 else f"learner{r}", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources)
-            )
-            for r in range(ranks)
-        ]
-    else:
-        learner = [Bundle("learner", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources, ranks))]
+    per = ranks_per_node(cfg, ranks)
+    learner = [
+        Bundle(
+            "learner" if r == 0 else f"learner{r}", res(la.ray_learner_cpus, rank_gpus, la.ray_learner_resources, per)
+        )
+        for r in range(0, ranks, per)
+    ]
     return learner + [
         Bundle(f"actor{i}", res(la.ray_actor_cpus, actor_gpus, la.ray_actor_resources)) for i in range(actors)
     ]
@@ -171,25 +181,44 @@ def describe_request(group: list[Bundle]) -> str:
 
 def unfit(group: list[Bundle], nodes: list[dict[str, Any]]) -> str | None:
     """Why the nodes' totals cannot hold `group` (None: they can), by first-fit of the largest bundles
-    first. Totals, not what is free now: a busy cluster is the reservation timeout's case."""
+    first, the learner's bundles each on a node of its own when there are several (STRICT_SPREAD).
+    Totals, not what is free now: a busy cluster is the reservation timeout's case."""
     free = [dict(n.get("Resources", {})) for n in nodes]
+    spread = sum(b.learner for b in group) > 1
+    used: set[int] = set()
     for b in sorted(group, key=lambda b: (-b.resources.get("GPU", 0.0), -b.resources.get("CPU", 0.0))):
-        home = next((f for f in free if all(f.get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items())), None)
+        taken = used if spread and b.learner else set()
+        home = next(
+            (
+                i
+                for i, f in enumerate(free)
+                if i not in taken and all(f.get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items())
+            ),
+            None,
+        )
         if home is None:
             fits_alone = any(
                 all(n.get("Resources", {}).get(k, 0.0) + 1e-9 >= v for k, v in b.resources.items()) for n in nodes
             )
+            if spread and b.learner and fits_alone:
+                return (
+                    f"{b.role} needs {b.resources} on a node without another of the learner's bundles "
+                    f"(launch.ray_learner_spread: {sum(x.learner for x in group)} nodes)"
+                )
             return f"{b.role} needs {b.resources}" + (
                 " and the bundles before it took the room" if fits_alone else ", which no single node has"
             )
+        if b.learner:
+            used.add(home)
         for k, v in b.resources.items():
-            home[k] -= v
+            free[home][k] -= v
     return None
 
 
-def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> Any:
-    """The run's placement group, reserved; a `LaunchError` (and no group left) when it cannot be."""
-    from ray.util.placement_group import placement_group, remove_placement_group
+def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> list[Any]:
+    """The run's placement groups, the learner's then the actors' (module docstring), reserved; a
+    `LaunchError` (and no group left) when they cannot be."""
+    from ray.util.placement_group import remove_placement_group
 
     nodes = alive_nodes()
     why = unfit(group, nodes)
@@ -198,21 +227,60 @@ def reserve(cfg: RunConfig, group: list[Bundle], name: str) -> Any:
             f"the Ray cluster cannot hold this run: {why}. Asked: {describe_request(group)}. "
             f"Nodes: {describe_nodes(nodes)}"
         )
-    pg = placement_group([b.resources for b in group], strategy="SPREAD", name=name)
-    timeout = cfg.launch.ray_placement_timeout_s
+    learner = [b for b in group if b.learner]
+    actors = [b for b in group if not b.learner]
+    made: list[Any] = []
     try:
-        ready = pg.wait(timeout_seconds=int(max(1, timeout)))
-    except Exception:
+        for part, strategy, label in (
+            (learner, "STRICT_SPREAD" if len(learner) > 1 else "PACK", "learner"),
+            (actors, "SPREAD", "actors"),
+        ):
+            pg = _reserve_one(cfg, part, strategy, f"{name}-{label}")
+            if pg is None:
+                timeout = cfg.launch.ray_placement_timeout_s
+                raise LaunchError(
+                    f"the run's placement group ({label}) was not reserved within {timeout:g} s "
+                    f"(launch.ray_placement_timeout_s): other jobs hold the resources, or a node was lost. "
+                    f"Asked: {describe_request(group)}. Nodes now: {describe_nodes(alive_nodes())}"
+                )
+            made.append(pg)
+    except BaseException:
+        for pg in made:
+            remove_placement_group(pg)
+        raise
+    return made
+
+
+def _reserve_one(cfg: RunConfig, group: list[Bundle], strategy: str, name: str) -> Any:
+    """One group reserved, or None (and the group removed) when it is not within the timeout."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    pg = placement_group([b.resources for b in group], strategy=strategy, name=name)
+    try:
+        ready = pg.wait(timeout_seconds=int(max(1, cfg.launch.ray_placement_timeout_s)))
+    except BaseException:
         remove_placement_group(pg)
         raise
     if not ready:
         remove_placement_group(pg)
-        raise LaunchError(
-            f"the run's placement group was not reserved within {timeout:g} s "
-            f"(launch.ray_placement_timeout_s): other jobs hold the resources, or a node was lost. "
-            f"Asked: {describe_request(group)}. Nodes now: {describe_nodes(alive_nodes())}"
-        )
+        return None
     return pg
+
+
+def bundle_nodes(pg: Any) -> dict[int, str]:
+    """Bundle index -> the id of the node it is reserved on now ("" while it has none)."""
+    from ray.util.placement_group import placement_group_table
+
+    table = placement_group_table(pg).get("bundles_to_node_id", {})
+    return {int(i): (n if n.strip("0") else "") for i, n in table.items()}
+
+
+def learner_nodes(pg: Any) -> list[tuple[int, str, str]]:
+    """The learner group's bundles in node order, (bundle index, node id, node address) sorted by
+    address then id: node rank n is the n-th, and ranks are numbered in that order."""
+    ips = {n["NodeID"]: n.get("NodeManagerAddress", "") for n in alive_nodes()}
+    placed = bundle_nodes(pg)
+    return sorted(((i, nid, ips.get(nid, "")) for i, nid in placed.items()), key=lambda t: (t[2], t[1], t[0]))
 
 
 def cluster_gpu_bytes(timeout_s: float) -> int:
@@ -236,6 +304,9 @@ def cluster_gpu_bytes(timeout_s: float) -> int:
 
 __all__ = [
     "Bundle",
+    "bundle_nodes",
+    "learner_nodes",
+    "ranks_per_node",
     "Connection",
     "RAY_EXTRA",
     "bundles",

@@ -1,6 +1,7 @@
 """What a Ray run (`launch.backend = "ray"`, `ray_run.RayRun`) is given before anything starts on the
-cluster: its config with out_dir and the weight store absolute (the store at `<out_dir>/weights`
-unless set), the settings it cannot honour refused, the GPU plan of the GPUs Ray will hand out, and
+cluster: its config with its paths as every node reads them (out_dir and the weight store absolute,
+the store at `<out_dir>/weights` unless set; a relative output refused in a Ray job, whose working
+folder is Ray's temporary copy), the settings it cannot honour refused, the GPU plan of the GPUs Ray will hand out, and
 its CURVE keys.
 
 Invariants:
@@ -14,27 +15,89 @@ Invariants:
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from pathlib import Path
 
 from atgrpo.config import RunConfig
-from atgrpo.errors import PlacementError
+from atgrpo.errors import LaunchError, PlacementError
 
 DEFAULT_STORE = "weights"
 """The weight store of a Ray run that sets none, under out_dir: actors on N nodes would otherwise
 take N copies of every version out of rank 0 (`transport.weights_store`)."""
 
 
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""What Ray's job supervisor hands a job's driver: its runtime_env, `working_dir` included."""
+
+
+def job_working_dir() -> str | None:
+    """The `--working-dir` of the Ray job this driver runs as (its cwd is then Ray's copy of it, a
+    temporary folder on each node), or None."""
+    raw = os.environ.get(JOB_CONFIG_VAR)
+    if not raw:
+        return None
+    try:
+        runtime_env = json.loads(raw).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return None
+    return runtime_env.get("working_dir") or None
+
+
+def _absolute(setting: str, value: str, output: bool, in_job: str | None) -> str:
+    """`value` as every node must read it. A relative path means the folder the user started the
+    driver in; a job's driver runs in Ray's copy of its --working-dir instead, where an output (a
+    checkpoint) would vanish with the job: refused. A job's relative input stays relative: each
+    node's processes run in that node's copy of the working dir, which holds the same files."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    if in_job is None:
+        return str(path.absolute())
+    if not output:
+        return value
+    example = f"/shared/{value}"
+    raise LaunchError(
+        f"{setting} = {value!r} is relative, and this driver runs as a Ray job in Ray's copy of its "
+        f"--working-dir ({Path.cwd()}), a temporary folder on each node that is removed with the job: "
+        f"what the run writes there would be lost. Give an absolute path on the filesystem every node "
+        f"sees, e.g. --set '{setting}=\"{example}\"'"
+    )
+
+
 def resolved(cfg: RunConfig) -> RunConfig:
-    """`cfg` with out_dir and the weight store absolute (the children run on other nodes, in other
-    working folders), the store `<out_dir>/weights` when unset; `""` keeps the hub."""
-    out = Path(cfg.run.out_dir).expanduser().absolute()
+    """`cfg` with its paths as every node must read them (`_absolute`; the children run on other
+    nodes, in other working folders), the store `<out_dir>/weights` when unset; `""` keeps the hub.
+    Outputs: out_dir and the store; inputs: the policies' model folders and the task's datasets
+    (`@name` models are the cache's, not paths). A relative output in a job is a `LaunchError`."""
+    in_job = job_working_dir()
+    out = _absolute("run.out_dir", cfg.run.out_dir, True, in_job)
     store = cfg.transport.weights_store
-    store = str(out / DEFAULT_STORE) if store is None else store and str(Path(store).expanduser().absolute())
+    store = (
+        str(Path(out) / DEFAULT_STORE)
+        if store is None
+        else store and _absolute("transport.weights_store", store, True, in_job)
+    )
+    policies = {
+        name: p.model_copy(update={"path": _absolute(f"policies.{name}.path", p.path, False, in_job)})
+        if p.path and not p.path.startswith("@")
+        else p
+        for name, p in cfg.policies.items()
+    }
+    task = cfg.task.model_copy(
+        update={
+            key: _absolute(f"task.{key}", value, False, in_job)
+            for key in ("dataset", "eval_dataset")
+            if (value := getattr(cfg.task, key))
+        }
+    )
     return cfg.model_copy(
         update={
-            "run": cfg.run.model_copy(update={"out_dir": str(out)}),
+            "run": cfg.run.model_copy(update={"out_dir": out}),
             "transport": cfg.transport.model_copy(update={"weights_store": store}),
+            "policies": policies,
+            "task": task,
         }
     )
 
@@ -52,6 +115,12 @@ def check_ray_config(cfg: RunConfig) -> None:
                 f"{setting} = {device!r}: under Ray each process sees only the GPUs Ray gave it; "
                 "say 'cuda' (Ray picks the GPU) or 'cpu'"
             )
+    ranks, per = max(1, len(cfg.launch.learner_devices)), cfg.launch.ray_learner_ranks_per_node
+    if cfg.launch.ray_learner_spread and ranks % per:
+        raise PlacementError(
+            f"launch.ray_learner_ranks_per_node = {per} does not divide the learner's {ranks} ranks "
+            "(len(launch.learner_devices)): every node of a spread learner holds the same number of ranks"
+        )
     ep = cfg.transport.endpoint
     if ep and not ep.startswith("tcp://"):
         raise PlacementError(
@@ -102,4 +171,4 @@ def run_keys(cfg: RunConfig) -> tuple[dict[str, bytes], dict[str, bytes]]:
         return read(keys.generate_keys(Path(tmp) / "keys"))
 
 
-__all__ = ["check_ray_config", "ray_plan", "resolved", "run_keys"]
+__all__ = ["check_ray_config", "job_working_dir", "ray_plan", "resolved", "run_keys"]

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch.distributed as dist
+
+from atgrpo.config.sections import RENDEZVOUS_VAR
 
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -110,6 +113,15 @@ def init_distributed_from_env(backend: str, timeout_s: float = 1800.0) -> DistEn
         )
     _fill_single_process_env()
     env = dist_env()
+    # Under Ray the rendezvous has a clock of its own, shorter than the collectives' (hours), and
+    # names the ranks that did not join; under torchrun its own store serves it (env://).
+    rendezvous_s = os.environ.get(RENDEZVOUS_VAR)
+    if rendezvous_s and env.world_size > 1:
+        store = rendezvous(env, float(rendezvous_s), timeout_s)
+        dist.init_process_group(
+            backend=backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s)
+        )
+        return env
     dist.init_process_group(
         backend=backend,
         init_method="env://",
@@ -118,6 +130,46 @@ def init_distributed_from_env(backend: str, timeout_s: float = 1800.0) -> DistEn
         timeout=timedelta(seconds=timeout_s),
     )
     return env
+
+
+def rendezvous(env: DistEnv, within_s: float, collective_s: float) -> dist.TCPStore:
+    """The job's store at MASTER_ADDR:MASTER_PORT (rank 0 serves it), once every rank has joined it:
+    each rank writes its host name under `joined/<rank>`, rank 0 waits for all. Raises
+    `RendezvousError` after `within_s`: on rank 0 naming the ranks missing, on another rank naming
+    the address it could not reach. The store then waits on the collectives' clock."""
+    from atgrpo.errors import RendezvousError
+
+    where = f"{env.master_addr}:{env.master_port}"
+    try:
+        store = dist.TCPStore(
+            env.master_addr,
+            env.master_port,
+            env.world_size,
+            is_master=env.rank == 0,
+            timeout=timedelta(seconds=within_s),
+            wait_for_workers=False,
+        )
+    except Exception as exc:  # noqa: BLE001 - torch raises DistStoreError, RuntimeError or OSError
+        raise RendezvousError(
+            f"rank {env.rank} on {socket.gethostname()} could not reach the rendezvous at {where} within "
+            f"{within_s:g} s: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+        ) from None
+    store.set(f"joined/{env.rank}", socket.gethostname())
+    if env.rank == 0:
+        deadline = time.monotonic() + within_s
+        missing = list(range(1, env.world_size))
+        while missing and time.monotonic() < deadline:
+            missing = [r for r in missing if not store.check([f"joined/{r}"])]
+            if missing:
+                time.sleep(0.2)
+        if missing:
+            raise RendezvousError(
+                f"learner rank(s) {', '.join(map(str, missing))} of {env.world_size} did not join the "
+                f"rendezvous at {where} within {within_s:g} s (launch.ray_rendezvous_timeout_s): their "
+                "processes did not start, or cannot reach this address (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, a firewall)"
+            )
+    store.set_timeout(timedelta(seconds=collective_s))
+    return store
 
 
 def is_initialized() -> bool:
