@@ -180,7 +180,7 @@ def test_the_learner_host_start_clock_is_a_setting_named_in_its_error(monkeypatc
     monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(get=get))
     run = RayRun(cfg(f'run.out_dir="{tmp_path}"', "launch.ray_host_start_timeout_s=7"), 1)
     handle = SimpleNamespace(info=SimpleNamespace(remote=lambda: None))
-    run.learners = [Host("learner", handle, None, 0, {}, True, 0)]
+    run.watch.learners = [Host("learner", handle, None, 0, {}, True, 0)]
     with pytest.raises(LaunchError, match=r"within 7 s \(launch.ray_host_start_timeout_s\)"):
         run._await_learner_start()
     assert asked == [7.0]

@@ -36,7 +36,9 @@ def spread(ranks: int, per: int, *sets: str):
 
 def test_ranks_are_numbered_in_node_order_with_their_local_ranks() -> None:
     passed = {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "eth1"}
-    nodes = [node_children(n, 2, 4, ("10.0.0.1", 2900), 60.0, "tcp://{node_ip}:*", "/r/m.jsonl", passed) for n in (0, 1)]
+    nodes = [
+        node_children(n, 2, 4, ("10.0.0.1", 2900), 60.0, "tcp://{node_ip}:*", "/r/m.jsonl", passed) for n in (0, 1)
+    ]
     got = [(c.name, c.env["RANK"], c.env["LOCAL_RANK"], c.env["NODE_RANK"]) for node in nodes for c in node]
     assert got == [
         ("learner", "0", "0", "0"),

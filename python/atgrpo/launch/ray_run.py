@@ -10,7 +10,7 @@ The driver (this process: `atgrpo-train`, run by hand or by `ray job submit`) on
    node order (`ray_learner`; rank 0 binds the hub on tcp at its node's address), and one per actor;
    the actors start with the learner and get the hub's address through Ray once the learner
    announces it (`hub_ready`), as the local launcher hands it on stdin;
-3. polls the hosts: learner events and metrics rows drive the same output and progress bar as the
+3. polls the hosts (`ray_watch.Watch`): learner events and metrics rows drive the same output and progress bar as the
    local launcher; every incarnation of a process (first start, or a restart by Ray) is appended to
    `out_dir/processes.jsonl` with its node;
 4. an actor that dies (its process, or its node) is restarted by Ray, on another node if its own is
@@ -29,7 +29,6 @@ The driver (this process: `atgrpo-train`, run by hand or by `ray job submit`) on
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -40,17 +39,13 @@ from typing import Any
 
 from atgrpo.config import RunConfig, dump_config
 from atgrpo.errors import LaunchError, RunProcessLost
-from atgrpo.launch.events import LearnerView
 from atgrpo.launch.local import GRACE_S, Terminated, _raise_terminated
 from atgrpo.launch.ray_cluster import (
     NAMESPACE,
     Bundle,
-    alive_nodes,
-    bundle_nodes,
     bundles,
     cluster_gpu_bytes,
     connect,
-    describe_nodes,
     learner_nodes,
     ranks_per_node,
     reserve,
@@ -58,15 +53,7 @@ from atgrpo.launch.ray_cluster import (
 from atgrpo.launch.ray_host import SEEN_PREFIX, ChildSpec, HostSpec, ProcessHost
 from atgrpo.launch.ray_learner import host_name, node_children, passed_env
 from atgrpo.launch.ray_prepare import check_ray_config, ray_plan, resolved, run_keys
-from atgrpo.launch.ray_watch import Host, how, where, with_tail
-
-POLL_S = 0.5
-"""How often the driver asks the hosts how their processes are."""
-SETTLE_S = 3.0
-"""After a learner rank ends badly, how long the driver waits for the others' ends, so that it names
-the rank that ended first (the others fail after it: a collective with a dead peer)."""
-STOPPED_S = 30.0
-"""How long a learner rank may be stopped (state T: SIGSTOP, a debugger) before the run ends."""
+from atgrpo.launch.ray_watch import Host, Watch, first_line
 
 
 class RayRun:
@@ -77,17 +64,9 @@ class RayRun:
         self.logs = self.out / "logs"
         self.tag = f"{self.cfg.run.name}-{uuid.uuid4().hex[:8]}"
         self.marker = f"{SEEN_PREFIX}{self.tag}"
-        self.view = LearnerView(self.cfg, self._hub_ready, None)
-        self.address: str | None = None
-        self.learners: list[Host] = []
-        """One per node of the learner, rank 0's first."""
-        self.actors: list[Host] = []
+        self.watch = Watch(self.cfg)
         self.pgs: list[Any] = []
         self.conn: Any = None
-        self.done = False
-        """Rank 0 exited 0."""
-        self.all_lost = False
-        self.progress_at = time.monotonic()
 
     # -- start ---------------------------------------------------------------------------------
     def _group(self) -> list[Bundle]:
@@ -191,13 +170,13 @@ class RayRun:
                 passed,
             )
             spec = self._spec(host_name(node_rank), children, hub_keys if node_rank == 0 else {}, False)
-            self.learners.append(self._host(spec, learner_bundles[index], learner_pg, index, True, 0))
+            self.watch.learners.append(self._host(spec, learner_bundles[index], learner_pg, index, True, 0))
         for i, bundle in enumerate(b for b in group if not b.learner):
             child = ChildSpec(
                 name=f"actor{i}", module="atgrpo.cli.actor", args=["--id", f"actor{i}"], stdin_address=True
             )
             spec = self._spec(f"actor{i}", [child], actor_keys, True)
-            self.actors.append(self._host(spec, bundle, actor_pg, i, False, la.max_actor_restarts))
+            self.watch.actors.append(self._host(spec, bundle, actor_pg, i, False, la.max_actor_restarts))
 
     def _await_learner_start(self) -> None:
         """Every learner host answers (its ranks started), or a `LaunchError` naming why not."""
@@ -205,269 +184,19 @@ class RayRun:
 
         timeout = self.cfg.launch.ray_host_start_timeout_s
         try:
-            ray.get([h.handle.info.remote() for h in self.learners], timeout=timeout)
+            ray.get([h.handle.info.remote() for h in self.watch.learners], timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - a node lost while starting, a worker that cannot start
             raise LaunchError(
                 f"the learner's processes did not start on the cluster within {timeout:g} s "
-                f"(launch.ray_host_start_timeout_s): {_first_line(exc)}"
+                f"(launch.ray_host_start_timeout_s): {first_line(exc)}"
             ) from None
-
-    # -- supervise -----------------------------------------------------------------------------
-    def _hub_ready(self, address: str) -> None:
-        self.address = address
-        self.view.say(f"hub at {address}")
-
-    def _record(self, host: Host, info: dict) -> None:
-        """A new incarnation of `host`: one processes.jsonl row per child."""
-        restarted = host.incarnation != -1
-        host.incarnation = info["host_pid"]
-        keep = ("node_id", "node_ip", "hostname", "host_pid", "started")
-        with open(self.out / "processes.jsonl", "a") as f:
-            for child in info["children"]:
-                row = {
-                    "time": time.time(),
-                    "event": "restarted" if restarted else "started",
-                    "host": info["host"],
-                    **{k: info[k] for k in keep},
-                    **{k: child[k] for k in ("name", "pid", "keeper_pid", "rank", "local_rank", "node_rank", "log")},
-                }
-                f.write(json.dumps(row) + "\n")
-        if restarted:
-            self.view.say(
-                f"{host.name} restarted by Ray on {info['node_ip']} (node {info['node_id'][:8]}); "
-                "its units are reissued"
-            )
-
-    def _poll(self, host: Host) -> dict | None:
-        """The host's answer to the poll in flight (a new poll is sent), or None while it has none.
-        A learner host that died raises `RunProcessLost`; an actor host that died is looked at again."""
-        import ray
-        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
-
-        if host.pending is None:
-            host.pending = host.handle.info.remote()
-        ready, _ = ray.wait([host.pending], timeout=0)
-        if not ready:
-            self._silent(host)
-            return None
-        ref, host.pending = host.pending, None
-        try:
-            info = ray.get(ref, timeout=10)
-        except ActorDiedError as exc:
-            if host.learner:
-                raise RunProcessLost(self._learner_report(f"its host died ({_first_line(exc)})")) from None
-            if _dead_for_good(host.handle):
-                self._lost(
-                    host,
-                    f"it died after {host.restarts} restart(s) by Ray, all that launch.max_actor_restarts = "
-                    f"{host.restarts} allows",
-                )
-            return None
-        except (RayActorError, GetTimeoutError):
-            self._silent(host)
-            return None
-        host.silent_since = None
-        if info["host_pid"] != host.incarnation:
-            self._record(host, info)
-        host.info = info
-        if info["blind"]:
-            raise RunProcessLost(f"{host.name}: {info['blind']}")
-        return info
-
-    def _check(self, host: Host) -> None:
-        """One look at a host: record a new incarnation, hand it the hub's address, note an exit."""
-        if host.gone:
-            return
-        info = self._poll(host)
-        if info is None:
-            return
-        now = time.monotonic()
-        for child in info["children"]:
-            rc = child["rc"]
-            if host.learner:
-                if rc not in (None, 0):
-                    raise RunProcessLost(self._learner_report())
-                if rc == 0 and child["name"] == "learner":
-                    self.done = True
-                if child["state"] in ("T", "t"):
-                    since = host.stopped_since.setdefault(child["name"], now)
-                    if now - since > STOPPED_S:
-                        raise RunProcessLost(
-                            with_tail(
-                                f"learner {where(info, child)} has been stopped (state {child['state']}: "
-                                f"SIGSTOP or a debugger) for {now - since:.0f} s; the other ranks wait for it",
-                                host,
-                                child,
-                            )
-                        )
-                else:
-                    host.stopped_since.pop(child["name"], None)
-            elif rc == 0:
-                host.gone = True  # told to stop by the hub: done
-        if not host.learner and not info["has_address"] and self.address:
-            host.handle.hand_address.remote(self.address)
-
-    def _silent(self, host: Host) -> None:
-        """A host without an answer: an actor's not placed again within `ray_placement_timeout_s`
-        (its node gone, no room elsewhere), or not started again within `ray_host_start_timeout_s`
-        more, is lost for good. A learner host's silence is Ray's to detect (a dead node) or the
-        progress clock's (`_loop`)."""
-        now = time.monotonic()
-        if host.silent_since is None:
-            host.silent_since = now
-            return
-        la = self.cfg.launch
-        waited = now - host.silent_since
-        if host.learner or waited < la.ray_placement_timeout_s:
-            return
-        node = bundle_nodes(host.pg).get(host.bundle, "")
-        alive = {n["NodeID"] for n in alive_nodes()}
-        was = f" (it ran on node {host.info['node_ip']}, Ray node {host.info['node_id'][:8]})" if host.info else ""
-        if node not in alive:
-            self._lost(
-                host,
-                f"it was not placed again within {la.ray_placement_timeout_s:g} s (launch.ray_placement_timeout_s): "
-                f"its node is gone{was} and no live node has room for its bundle {host.resources}. "
-                f"Nodes now: {describe_nodes(alive_nodes())}",
-            )
-        elif waited > la.ray_placement_timeout_s + la.ray_host_start_timeout_s:
-            self._lost(
-                host,
-                f"it did not start again within {waited:.0f} s (launch.ray_placement_timeout_s + "
-                f"launch.ray_host_start_timeout_s){was}",
-            )
-
-    def _lost(self, host: Host, why: str) -> None:
-        """An actor lost for good, said with its reason; the run goes on without it, or, when it was
-        the last, the learner is stopped."""
-        import ray
-
-        host.gone = True
-        try:
-            ray.kill(host.handle, no_restart=True)  # a restart still pending (placement) is called off
-        except Exception:  # noqa: BLE001 - already dead
-            pass
-        text = f"{host.name} is lost for good: {why}."
-        if host.info and host.info["children"]:
-            child = host.info["children"][0]
-            text = with_tail(f"{text} Its last start: {where(host.info, child)}.", host, child, 15)
-        left = sum(not a.gone for a in self.actors)
-        if left:
-            text += f"\nThe run goes on with {left} actor(s)."
-        else:
-            text += "\nEvery actor is lost: the learner is asked to stop (checkpoint, evaluation); the run exits 1."
-            self.all_lost = True
-            self.learners[0].handle.send_signal.remote(int(signal.SIGINT), "learner")
-        print(text, file=sys.stderr, flush=True)
-
-    def _learner_report(self, host_death: str | None = None) -> str:
-        """Why the learner ended: after `SETTLE_S` for the other ranks' ends, the rank that ended
-        first (or the ranks of a host that died), its node, how, and its log's tail."""
-        import ray
-
-        deadline = time.monotonic() + SETTLE_S
-        answers: dict[str, dict | None] = {}
-        while True:
-            for h in self.learners:
-                try:
-                    answers[h.name] = ray.get(h.handle.info.remote(), timeout=5)
-                except Exception:  # noqa: BLE001 - its host is dead
-                    answers[h.name] = None
-            ended = [c for a in answers.values() if a for c in a["children"] if c["rc"] is not None]
-            if all(a is None or all(c["rc"] is not None for c in a["children"]) for a in answers.values()):
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(POLL_S)
-        dead_hosts = [h for h in self.learners if answers[h.name] is None]
-        if dead_hosts and (host_death or not ended):
-            h = dead_hosts[0]
-            info = h.info or {}
-            names = ", ".join(c["name"] for c in info.get("children", [])) or h.name
-            text = (
-                f"learner rank(s) {names} on node {info.get('node_ip', '?')} ({info.get('hostname', '?')}) died "
-                f"with their host {h.name}: {host_death or 'it no longer answers'} (the node was lost, or the "
-                "host's process was killed)"
-            )
-            child = info.get("children", [None])[0]
-            return self._closing(with_tail(text, h, child) if child else text)
-        if not ended:
-            return self._closing(f"the learner failed: {host_death or 'a rank ended'}, and no rank's end can be read")
-        ended.sort(key=lambda c: c["ended"] or float("inf"))
-        first = ended[0]
-        host, info = next(
-            (h, a) for h in self.learners if (a := answers[h.name]) and any(c is first for c in a["children"])
-        )
-        others = "; ".join(f"{c['name']}: {how(c)}" for c in ended[1:])
-        text = f"learner {where(info, first)} ended first: {how(first)}" + (f"; then {others}" if others else "")
-        return self._closing(with_tail(text, host, first))
-
-    def _closing(self, text: str) -> str:
-        return (
-            f"{text}\nLearner ranks are not restarted: the run ends. A new atgrpo-train on the same "
-            "out_dir resumes from its last checkpoint."
-        )
-
-    def _no_progress(self) -> str:
-        """Every learner rank, where and how it is, when the learner shows no progress."""
-        import ray
-
-        lines = []
-        for h in self.learners:
-            try:
-                info = ray.get(h.handle.info.remote(), timeout=10)
-            except Exception as exc:  # noqa: BLE001
-                lines.append(f"  {h.name}: its host does not answer ({_first_line(exc)})")
-                continue
-            for child in info["children"]:
-                lines.append(with_tail(f"  {where(info, child)}: {how(child)}.", h, child, 5))
-        timeout = self.cfg.transport.round_timeout_s
-        return self._closing(
-            f"the learner showed no progress (no event, no metrics row) for {timeout:g} s "
-            "(transport.round_timeout_s): a rank hangs, or waits for one that does. Its ranks:\n" + "\n".join(lines)
-        )
-
-    def _pump(self) -> None:
-        """The learner's events and metrics since the last call, into the view."""
-        import ray
-
-        try:
-            lines, rows = ray.get(self.learners[0].handle.take.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - the learner's host died: _check reports it
-            return
-        if lines or rows:
-            self.progress_at = time.monotonic()
-        for line in lines:
-            self.view.line(line)
-        self.view.feed_metrics(rows)
-
-    def _loop(self) -> None:
-        while True:
-            self._pump()
-            for host in [*self.learners, *self.actors]:
-                self._check(host)
-            if self.done:
-                self._pump()
-                return
-            if time.monotonic() - self.progress_at > self.cfg.transport.round_timeout_s:
-                raise RunProcessLost(self._no_progress())
-            time.sleep(POLL_S)
-
-    def _wait_learner(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self.done:
-            self._pump()
-            for host in self.learners:
-                self._check(host)
-            time.sleep(POLL_S)
-        self._pump()
 
     # -- stop ----------------------------------------------------------------------------------
     def _stop_all(self) -> None:
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        hosts = [*self.actors, *reversed(self.learners)]
+        hosts = [*self.watch.actors, *reversed(self.watch.learners)]
         stops = []
         for h in hosts:  # every host at once: SIGTERM to its children, their trees killed after the grace
             try:
@@ -505,8 +234,8 @@ class RayRun:
             self.pgs = reserve(self.cfg, group, self.tag)
             self._start(group)
             self._await_learner_start()
-            self.progress_at = time.monotonic()  # the progress clock starts with the learner
-            self._loop()
+            self.watch.progress_at = time.monotonic()  # the progress clock starts with the learner
+            self.watch.loop()
         except RunProcessLost as exc:
             failure = str(exc)
         except KeyboardInterrupt as exc:
@@ -514,9 +243,9 @@ class RayRun:
             what = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
             print(f"\n{what}: asking the learner to checkpoint and stop (Ctrl-C again to kill)...", flush=True)
             try:
-                if self.learners and not self.done:
-                    self.learners[0].handle.send_signal.remote(int(signal.SIGINT), "learner")
-                    self._wait_learner(GRACE_S)
+                if self.watch.learners and not self.watch.done:
+                    self.watch.learners[0].handle.send_signal.remote(int(signal.SIGINT), "learner")
+                    self.watch.wait_learner(GRACE_S)
             except (KeyboardInterrupt, RunProcessLost):
                 pass
         finally:
@@ -524,33 +253,18 @@ class RayRun:
                 self._stop_all()
                 self.conn.close()
             self._unmark()
-            self.view.close(str(self.logs))
+            self.watch.view.close(str(self.logs))
         if failure:
             print(failure, file=sys.stderr)
         if interrupted:
             return interrupted
-        return 0 if self.done and not failure and not self.all_lost else 1
+        return 0 if self.watch.done and not failure and not self.watch.all_lost else 1
 
 
 def _in_bundle(pg: Any, index: int) -> Any:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
-
-
-def _dead_for_good(handle: Any) -> bool:
-    """Ray will not restart this actor again (its state is DEAD, not RESTARTING)."""
-    from ray._private.state import actors
-
-    try:
-        return actors(actor_id=handle._actor_id.hex()).get("State") == "DEAD"
-    except Exception:  # noqa: BLE001 - no state: treat as gone
-        return True
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["RayRun", "check_ray_config", "ray_plan", "resolved", "run_keys"]
