@@ -102,3 +102,35 @@ def test_a_host_sees_the_drivers_out_dir_only_with_its_marker(tmp_path: Path) ->
     why = blind_to(spec(tmp_path, str(tmp_path / "store")))
     assert "transport.weights_store" in why and "does not see" in why
     assert not (tmp_path / "absent").exists()  # the check creates nothing
+
+
+def test_a_learner_death_names_the_rank_that_ended_first(monkeypatch, tmp_path: Path) -> None:
+    """The watch's report, with hosts that answer at once (a stand-in for Ray): rank 1 was killed,
+    rank 0 failed after it; the report names rank 1, its node, its end and its log's tail."""
+    import sys
+    from types import SimpleNamespace
+
+    from atgrpo.launch.ray_watch import Host, Watch
+
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(get=lambda ref, timeout=None: ref))
+    log = tmp_path / "learner1.log"
+    log.write_text("step 3\n--- learner1: pid 11 ended: killed by SIGKILL (exit 137)\n")
+
+    def child(name: str, rank: str, rc: int, ended: float) -> dict:
+        return {"name": name, "pid": 10 + int(rank), "rank": rank, "rc": rc, "ended": ended, "log": str(log)}
+
+    info = {"node_ip": "10.0.0.2", "hostname": "gpu-b", "node_id": "1a2b3c4d5e", "host": "learner"}
+    info["children"] = [child("learner", "0", 1, 200.0), child("learner1", "1", 137, 100.0)]
+    handle = SimpleNamespace(
+        info=SimpleNamespace(remote=lambda: info),
+        tail=SimpleNamespace(remote=lambda name, lines: log.read_text()),
+    )
+    watch = Watch(cfg(f'run.out_dir="{tmp_path}"'))
+    watch.learners = [Host("learner", handle, None, 0, {}, True, 0)]
+    text = watch._learner_report()
+    assert text.startswith(
+        "learner learner1 (rank 1, pid 11) on node 10.0.0.2 (gpu-b, Ray node 1a2b3c4d) ended first: "
+        "killed by SIGKILL (exit 137); then learner: exit 1"
+    ), text
+    assert f"Its log ({log} on its node) ends:\nstep 3\n--- learner1: pid 11 ended" in text
+    assert "Learner ranks are not restarted" in text

@@ -12,6 +12,7 @@ ranks train on CPU over gloo): a head that alone offers `learner_slot`, two work
   its log's tail;
 - an actor whose restarts are spent: the run says so, with the reason and the log's tail, and goes on
   with the other actor to the end (exit 0);
+- SIGKILL of the packed learner's host: both ranks die with it at once, and the run ends naming them;
 - an actor whose node is lost with no room left for it: said after launch.ray_placement_timeout_s,
   and the run goes on with the other actor.
 """
@@ -66,12 +67,18 @@ def packed(out: Path, cluster: Cluster, **extra: object) -> list[str]:
         launch__learner_devices="[0,1]",
         launch__ray_learner_resources="{fake_gpu=1}",
         launch__ray_learner_cpus=0.25,
+        launch__learner_threads=1,
         **extra,
     )
 
 
 def test_a_spread_learner_packs_its_ranks_per_node_and_trains_as_a_packed_one(cluster: Cluster, tmp_path: Path) -> None:
-    four = {"steps": SPREAD_STEPS, "launch__learner_devices": "[0,1,2,3]", "launch__ray_learner_cpus": 0.25}
+    four = {
+        "steps": SPREAD_STEPS,
+        "launch__learner_devices": "[0,1,2,3]",
+        "launch__ray_learner_cpus": 0.25,
+        "launch__learner_threads": 1,  # four ranks and two actors share this machine's cores
+    }
     out = tmp_path / "spread"
     passed = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
     proc, log = start(
@@ -185,3 +192,18 @@ def test_an_actor_that_cannot_be_placed_again_is_said_after_the_placement_clock(
     finally:
         cluster.add_node(**WORKER)
         cluster.wait_for_nodes()
+
+
+def test_a_killed_learner_host_takes_its_ranks_and_the_run_says_so(cluster: Cluster, tmp_path: Path) -> None:
+    """SIGKILL of the Ray worker that hosts the packed learner: its keepers kill both ranks at once,
+    and the run ends naming the ranks that died with their host."""
+    out = tmp_path / "host"
+    proc, log = start(out, packed(out, cluster))
+    rows = started(out, {"learner", "learner1", "actor0", "actor1"}, proc)
+    os.kill(rows["learner"]["host_pid"], signal.SIGKILL)
+    ranks = [rows[n]["pid"] for n in ("learner", "learner1")]
+    wait_for(lambda: not any(psutil.pid_exists(p) for p in ranks) or None, 10, "the ranks to die with their host")
+    assert finish(proc, log, 90) == 1, log.read_text()[-4000:]
+    text = log.read_text()
+    assert "learner rank(s) learner, learner1 on node 127.0.0.1" in text and "died with their host learner" in text
+    assert_nothing_left(out)

@@ -161,7 +161,7 @@ class Watch:
             info = ray.get(ref, timeout=10)
         except ActorDiedError as exc:
             if host.learner:
-                raise RunProcessLost(self._learner_report(f"its host died ({first_line(exc)})")) from None
+                raise RunProcessLost(self._learner_report(first_line(exc))) from None
             if _dead_for_good(host.handle):
                 self._lost(
                     host,
