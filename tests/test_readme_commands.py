@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.cli.common import config_parser
+from atgrpo.cli.common import DEMO, config_parser
 from atgrpo.cli.eval import build_parser, eval_config, main
 from atgrpo.config import GAME_TASKS, TASK_ROLES, TinyModelSpec, load_config
 from atgrpo.models import build_tiny_model
@@ -103,9 +103,9 @@ def test_the_docs_have_commands_for_every_task() -> None:
 
 def _train_args(argv: list[str]) -> tuple[str | None, list[str]]:
     args = train_parser().parse_args(argv)
-    config = None if args.config in PLACEHOLDER_CONFIGS else args.config
-    if config is not None:
-        config = str(ROOT / config)
+    if args.config is None:  # as atgrpo-train reads it: no file is the program demo
+        return str(DEMO), args.overrides
+    config = None if args.config in PLACEHOLDER_CONFIGS else str(ROOT / args.config)  # "yours": any config
     return config, args.overrides
 
 
