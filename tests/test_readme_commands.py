@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from atgrpo.cli.common import config_parser
+from atgrpo.cli.common import DEMO, config_parser
 from atgrpo.cli.eval import build_parser, eval_config, main
 from atgrpo.config import GAME_TASKS, TASK_ROLES, TinyModelSpec, load_config
 from atgrpo.models import build_tiny_model
@@ -56,7 +56,7 @@ def page_commands(page: Path, program: str) -> list[list[str]]:
 
 def train_parser() -> argparse.ArgumentParser:
     """The `atgrpo-train` parser (mirrors `atgrpo.cli.train.main`)."""
-    parser = config_parser("atgrpo-train", "")
+    parser = config_parser("atgrpo-train", "", DEMO)
     parser.add_argument("--actors", type=int, default=None)
     parser.add_argument("--print-commands", action="store_true")
     return parser
@@ -103,9 +103,7 @@ def test_the_docs_have_commands_for_every_task() -> None:
 
 def _train_args(argv: list[str]) -> tuple[str | None, list[str]]:
     args = train_parser().parse_args(argv)
-    config = None if args.config in PLACEHOLDER_CONFIGS else args.config
-    if config is not None:
-        config = str(ROOT / config)
+    config = None if args.config in PLACEHOLDER_CONFIGS else str(ROOT / args.config)  # no file: DEMO
     return config, args.overrides
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from atgrpo.cli.common import BUILT_IN
+
 RUN_TIMEOUT_S = 150.0
 """Longest any one tiny run may take on a loaded 2-core box before the test fails."""
 
@@ -158,7 +160,8 @@ def run_train(
 ) -> Run:
     """Run `atgrpo-train` to the end (with a hard timeout that kills the whole process tree)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = module_cmd("atgrpo.cli.train", *([str(config)] if config else []), *set_args(sets), *extra_args)
+    # No file would be the program demo (atgrpo.cli.common.DEMO): these runs are the built-in defaults'.
+    cmd = module_cmd("atgrpo.cli.train", str(config or BUILT_IN), *set_args(sets), *extra_args)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True

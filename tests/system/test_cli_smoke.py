@@ -29,14 +29,15 @@ from systest_util import (
     wait_for,
 )
 
-from atgrpo.cli.common import config_parser, load_run_config
+from atgrpo.cli.common import BUILT_IN, config_parser, load_run_config
 from atgrpo.config import load_config
 
 
 def train_cmd(*args: str) -> list[str]:
-    """The installed `atgrpo-train` console script if there is one, else the module."""
+    """The installed `atgrpo-train` console script if there is one, else the module, on the built-in
+    defaults (no file would be the program demo)."""
     exe = shutil.which("atgrpo-train")
-    return [exe, *args] if exe else module_cmd("atgrpo.cli.train", *args)
+    return [exe, str(BUILT_IN), *args] if exe else module_cmd("atgrpo.cli.train", str(BUILT_IN), *args)
 
 
 def test_print_commands(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_print_commands(tmp_path: Path) -> None:
         "actor-keys",
     ]
     # Pasted into a shell, both commands load exactly the launcher's config, plus their key folder.
-    want = load_config(None, sets)
+    want = load_config(BUILT_IN, sets)
     for argv, folder in ((learner, "keys"), (actor, "actor-keys")):
         args = config_parser(argv[0], "").parse_args([*argv[1:-4], *argv[-2:]])  # without the --address pair
         assert load_run_config(args) == want.model_copy(

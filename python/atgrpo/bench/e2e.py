@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from atgrpo.bench.report import BenchRow
+from atgrpo.cli.common import BUILT_IN
 from atgrpo.config import load_config
 from atgrpo.metrics import read_metrics
 
@@ -74,7 +75,7 @@ def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
     """Run `atgrpo-train` to the end: its training rows, and its start-up time (from the command's
     start to the end of step 1, less step 1's own time: process starts, placement, the start
     evaluation, the actors joining)."""
-    cmd = [sys.executable, "-m", "atgrpo.cli.train"]
+    cmd = [sys.executable, "-m", "atgrpo.cli.train", str(BUILT_IN)]  # its figures are the answer-mode demo's
     for s in sets:
         cmd += ["--set", s]
     # As a user runs it: the bench CLI pins OMP_NUM_THREADS=1 for its one-core suites, not for this one.

@@ -7,13 +7,25 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 from atgrpo.config import RunConfig, load_config
 
+DEMO = Path(__file__).resolve().parents[3] / "envs" / "planpath" / "train_program.toml"
+"""The config of `atgrpo-train` given no file (it hands the file to its learner and actors): the
+default demo, a program-writing tool agent and a planner on Plan-Path (issue 47: +NN points or
+more on every seed, about NN minutes a run on 2 cores). `BUILT_IN` is the answer-mode demo before it."""
+BUILT_IN = DEMO.with_name("train.toml")
+"""The built-in defaults as a file (tests/test_demo_config.py holds it to them): what a caller of
+`atgrpo-train` names to run them, since no file there means `DEMO`."""
 
-def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
+
+def config_parser(prog: str, description: str, default: Path | None = None) -> argparse.ArgumentParser:
+    """The entry points' shared arguments; `default`: the config file read when none is given (None:
+    the built-in defaults)."""
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("config", nargs="?", default=None, help="run config TOML (default: the built-in Plan-Path demo)")
+    where = f"{default.relative_to(DEMO.parents[2])}" if default is not None else "the built-in defaults"
+    p.add_argument("config", nargs="?", default=default, help=f"run config TOML (default: {where})")
     p.add_argument(
         "--set",
         dest="overrides",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from atgrpo.cli.common import config_parser, load_run_config
+from atgrpo.cli.common import DEMO, config_parser, load_run_config
 
 DEFAULT_PORT = 5555
 """The hub's tcp port in printed multi-host commands when neither `--address` nor
@@ -51,7 +51,7 @@ def print_commands(args, cfg) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = config_parser("atgrpo-train", "Train on this machine: one learner and N actors over ipc.")
+    parser = config_parser("atgrpo-train", "Train on this machine: one learner and N actors over ipc.", DEMO)
     parser.add_argument("--actors", type=int, default=None, help="actor processes (default: launch.actors)")
     parser.add_argument("--print-commands", action="store_true", help="print the multi-host commands and exit")
     parser.add_argument("--address", default=None, help="with --print-commands: the hub's tcp address to bind")

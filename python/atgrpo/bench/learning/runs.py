@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from atgrpo.bench.learning.suites import CONFIGS, RL_ONLY, Arm, Suite
+from atgrpo.cli.common import BUILT_IN
 from atgrpo.config import load_config
 from atgrpo.errors import LearningSuiteError
 
@@ -98,8 +99,7 @@ def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None,
     exe = shutil.which("atgrpo-train")
     cmd = [exe] if exe else [sys.executable, "-m", "atgrpo.cli.train"]
     config = suite.config_file(arm)
-    if config is not None:
-        cmd.append(str(config))
+    cmd.append(str(config if config is not None else BUILT_IN))  # no file would be the program demo
     for s in run_sets(suite, arm, seed, out_dir, steps, extra):
         cmd += ["--set", s]
     return cmd
