@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from systest_util import child_env, kill_tree, module_cmd, set_args, tiny_sets, train_rows, wait_for
+from systest_util import BUILT_IN, child_env, kill_tree, module_cmd, set_args, tiny_sets, train_rows, wait_for
 
 # Before Ray is imported (it reads this once): every node, and the hub, on 127.0.0.1.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -88,7 +88,7 @@ def start(out: Path, sets: list[str], env: dict[str, str] | None = None) -> tupl
     log = out.parent / f"{out.name}-driver.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
-            module_cmd("atgrpo.cli.train", *set_args(sets)),
+            module_cmd("atgrpo.cli.train", str(BUILT_IN), *set_args(sets)),
             stdout=f,
             stderr=subprocess.STDOUT,
             env={**child_env(), **(env or {})},

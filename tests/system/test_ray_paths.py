@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from ray_util import assert_nothing_left, finish, ray_sets, simulated_cluster, start
-from systest_util import child_env, kill_tree, module_cmd, set_args, wait_for
+from systest_util import BUILT_IN, child_env, kill_tree, module_cmd, set_args, wait_for
 
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install 'atgrpo[ray]')")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -55,7 +55,7 @@ def test_a_job_with_a_relative_out_dir_is_refused_saying_how(cluster: tuple[Clus
     work.mkdir()
     (work / "my.toml").write_text("# the user's folder, uploaded by --working-dir\n")
     sets = ray_sets(Path("runs/rel"), c.address)
-    entry = shlex.join([*module_cmd("atgrpo.cli.train"), *set_args(sets)])
+    entry = shlex.join([*module_cmd("atgrpo.cli.train", str(BUILT_IN)), *set_args(sets)])
     client = wait_for(lambda: _client(dashboard), 60, "the dashboard's job server")
     env = {k: v for k, v in child_env().items() if k.startswith(("OMP_", "RAY_ENABLE", "PYTHON"))}
     began = time.monotonic()
