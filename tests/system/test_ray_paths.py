@@ -91,7 +91,11 @@ def test_a_node_that_cannot_see_out_dir_fails_the_run_naming_it(cluster: tuple[C
         [
             sys.executable,
             "-c",
-            "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()",
+            # `ray start` refuses a worker node while the variable is "0", which keeps every node, as
+            # the head and the in-process nodes, on loopback: the CLI alone is shown it as on.
+            "import sys, types; from ray.scripts import scripts; c = scripts.ray_constants; "
+            "scripts.ray_constants = types.SimpleNamespace(**{**vars(c), 'ENABLE_RAY_CLUSTER': True}); "
+            "sys.argv[0] = 'ray'; scripts.main()",
             "start",
             f"--address={c.address}",
             "--node-ip-address=127.0.0.1",
