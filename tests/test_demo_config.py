@@ -13,8 +13,12 @@ from atgrpo.config import load_config
 
 
 def test_the_built_in_defaults_file_is_the_built_in_defaults() -> None:
-    assert load_config(BUILT_IN) == load_config(None)
+    assert load_config(BUILT_IN) == load_config(None) == load_config(BUILT_IN.parent / "planpath" / "train.toml")
     assert load_config(BUILT_IN).task.tool_mode == "answer"
+    # Under any override, another task's included (the answer-mode demo's file names Plan-Path's
+    # roles and env keys, which a code task refuses).
+    other = ['task.task="code"', "rollout.k=2"]
+    assert load_config(BUILT_IN, other) == load_config(None, other)
 
 
 def test_no_file_is_the_program_demo_and_the_children_get_it(capsys: pytest.CaptureFixture[str]) -> None:

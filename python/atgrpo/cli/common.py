@@ -15,9 +15,9 @@ DEMO = Path(__file__).resolve().parents[3] / "envs" / "planpath" / "train_progra
 """The config of `atgrpo-train` given no file (it hands the file to its learner and actors): the
 default demo, a program-writing tool agent and a planner on Plan-Path (issue 47: 4% -> 100% held
 out on each of 3 seeds, 20-21 minutes a run on 2 cores). `BUILT_IN` is the answer-mode demo before it."""
-BUILT_IN = DEMO.with_name("train.toml")
-"""The built-in defaults as a file (tests/test_demo_config.py holds it to them): what a caller of
-`atgrpo-train` names to run them, since no file there means `DEMO`."""
+BUILT_IN = DEMO.parents[1] / "defaults.toml"
+"""The built-in defaults as a file, one that names nothing: what a caller of `atgrpo-train` names to
+run them (since no file there means `DEMO`), with any overrides, another task's included."""
 
 
 def config_parser(prog: str, description: str, default: Path | None = None) -> argparse.ArgumentParser:
