@@ -35,7 +35,7 @@ class Arm:
     sets: tuple[str, ...] = ()
     """`--set` overrides of this arm (beside the suite's and the run's own)."""
     config: str | None = None
-    """A config file under the suite's `envs/<task_pack>/`; None: the built-in defaults (the demo, `train.toml`)."""
+    """A config file under the suite's `envs/<task_pack>/`; None: the built-in defaults (`envs/defaults.toml`)."""
     doc: str = ""
     shared: str | None = None
     """Runs of this arm are the same runs as every other arm with this key (same config, same
