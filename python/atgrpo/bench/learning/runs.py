@@ -27,7 +27,7 @@ from pathlib import Path
 
 from atgrpo.bench.learning.suites import CONFIGS, RL_ONLY, Arm, Suite
 from atgrpo.cli.common import BUILT_IN
-from atgrpo.config import load_config
+from atgrpo.config import RunConfig, load_config
 from atgrpo.errors import LearningSuiteError
 
 
@@ -105,25 +105,33 @@ def command(suite: Suite, arm: Arm, seed: int, out_dir: Path, steps: int | None,
     return cmd
 
 
+def _changes_from_command(
+    then: RunConfig, folder: Path, suite: Suite, arm: Arm, seed: int, steps: int | None, extra: list[str]
+) -> list[str]:
+    """The keys (`config_changes`: those a resume may not change) in which `then`, the config a run
+    in `folder` was made with, differs from what `arm`'s command for `seed` makes today there, less
+    the folder's own path."""
+    from atgrpo.learner.checkpoints import config_changes  # torch: only when a run is read back
+
+    today = load_config(suite.config_file(arm), run_sets(suite, arm, seed, folder.resolve(), steps, extra))
+    return [k for k in config_changes(then, today) if k != "run.out_dir"]
+
+
 def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int | None, extra: list[str]) -> None:
     """Refuse to read back a finished run that its command would no longer make: its folder is named
     by the command, not by the config the command resolves to, so a default changed since (or an
     arm's config file edited) would otherwise table an old run as today's. Same run = the changes a
     resume accepts (`config_changes`), less the folder's own path."""
-    from atgrpo.learner.checkpoints import config_changes  # torch: only when a run is read back
-
     made = folder / "config.toml"
     if not made.is_file():
         raise LearningSuiteError(f"{folder} has eval.json but no config.toml: which config made it is unknown")
-    config = suite.config_file(arm)
-    today = load_config(config, run_sets(suite, arm, seed, folder.resolve(), steps, extra))
     try:
         then = load_config(made)
     except ValueError as exc:  # not TOML, not UTF-8, or not a valid config
         raise LearningSuiteError(
             f"{made} cannot be read as a run config ({exc}); move {folder} away to run it again"
         ) from exc
-    changed = [k for k in config_changes(then, today) if k != "run.out_dir"]
+    changed = _changes_from_command(then, folder, suite, arm, seed, steps, extra)
     wall = folder / "wall.json"
     made_with = json.loads(wall.read_text()).get("prompts_digest") if wall.is_file() else None
     if made_with is not None and made_with != prompts_digest(suite.configs):
@@ -138,12 +146,10 @@ def check_same_run(folder: Path, suite: Suite, arm: Arm, seed: int, steps: int |
 def check_start_of(source: Path, suite: Suite, arm: Arm, seed: int, steps: int | None, extra: list[str]) -> None:
     """Refuse to measure `arm` (a `start_of` arm) on the finished run in `source` unless that run's
     config is the one `arm`'s own command would make but for `RL_ONLY` keys: then its warm start
-    and start evaluation are the ones `arm`'s run would have made."""
-    from atgrpo.learner.checkpoints import config_changes  # torch: only when a run is read back
-
-    today = load_config(suite.config_file(arm), run_sets(suite, arm, seed, source.resolve(), steps, extra))
+    and start evaluation are the ones `arm`'s run would have made. `source` has passed
+    `check_same_run` (or was just made), so its config.toml reads."""
     then = load_config(source / "config.toml")
-    changed = [k for k in config_changes(then, today) if k != "run.out_dir" and k not in RL_ONLY]
+    changed = [k for k in _changes_from_command(then, source, suite, arm, seed, steps, extra) if k not in RL_ONLY]
     if changed:
         raise LearningSuiteError(
             f"`{arm.name}` is measured on `{arm.start_of}`'s run in {source}, but their configs differ in "
