@@ -145,9 +145,17 @@ def run_pids_alive(out: Path) -> list[str]:
     for row in processes(out):
         for key in ("pid", "keeper_pid", "host_pid"):
             pid = row.get(key)
-            if pid and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            if pid and _alive(pid):
                 alive.append(f"{row['name']} {key} {pid}")
     return sorted(set(alive))
+
+
+def _alive(pid: int) -> bool:
+    # The process may end between any two questions asked about it: an ended one is not alive.
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
 
 
 def assert_nothing_left(out: Path, within_s: float = 30) -> None:
