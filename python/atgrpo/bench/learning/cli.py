@@ -9,6 +9,7 @@ differences against a reference arm, an equal-wall-time view and curves (docs/le
     atgrpo-bench learning report ordering             # the published table, rebuilt from docs/results/ordering.json
     atgrpo-bench learning steps RUN_DIR ...           # where each run's step time went (its metrics.jsonl)
     atgrpo-bench learning warmstart CONFIG --lr 1e-3  # a LoRA recipe's adapter warm start over lr and steps
+    atgrpo-bench learning forks RUN_DIR               # a program-mode run: how likely each strategy's program is
 
 Invariants:
 - A first word in `SUBCOMMANDS` hands the rest of the line to that subcommand's own parser; any
@@ -76,10 +77,17 @@ def _warmstart_main(argv: list[str]) -> int:
     return warmstart_main(argv)
 
 
+def _forks_main(argv: list[str]) -> int:
+    from atgrpo.bench.learning.forks import main as forks_main
+
+    return forks_main(argv)
+
+
 SUBCOMMANDS: dict[str, tuple[str, str, Callable[[list[str]], int]]] = {
     "report": ("[NAME|FILE ...]", "each published table rebuilt from its data (docs/results/NAME.json)", report_main),
     "steps": ("RUN_DIR ...", "where each run's step time went (its metrics.jsonl)", _steps_main),
     "warmstart": ("CONFIG", "a LoRA recipe's adapter warm start, swept over lr and step count", _warmstart_main),
+    "forks": ("RUN_DIR", "a program-mode run's tool model: each strategy's program, how likely", _forks_main),
 }
 """Name -> (its arguments, what it does, its main): the words that are not a suite."""
 
