@@ -3,7 +3,7 @@
     atgrpo-bench env            # env pool vs the pure-Python reference
     atgrpo-bench kernels        # advantage kernel vs a Python dict loop and numpy
     atgrpo-bench transport      # weight sync and sample streaming over ZMQ vs bare pyzmq
-    atgrpo-bench e2e            # default-config step time split and actor idle vs one process; Ray vs local launcher
+    atgrpo-bench e2e            # default-config step time split and actor idle vs one process; Ray vs local launcher; a slow weight store
     atgrpo-bench sandbox        # sandboxed executions/s and overhead vs plain python -I -S
     atgrpo-bench engines        # vLLM and torch engines vs transformers generate on SmolLM2-135M
     atgrpo-bench memory         # learner step peak memory and time, chunked logits + checkpointing vs before
@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="e2e suite: only the Ray launcher against the local one (the modes left out)",
     )
+    parser.add_argument(
+        "--store-only",
+        action="store_true",
+        help="e2e suite: only the weight store's write against the step (a slow write injected)",
+    )
     args = parser.parse_args(argv)
 
     # One core, as the targets are stated: keep BLAS/torch thread pools from skewing the references.
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         module = importlib.import_module({**SUITES, **LONG}[name])
         if name == "e2e":
-            rows += module.run(args.quick, launchers_only=args.launchers_only)
+            rows += module.run(args.quick, launchers_only=args.launchers_only, store_only=args.store_only)
             continue
         if name != "gpu":
             rows += module.run(args.quick)

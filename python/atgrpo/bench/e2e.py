@@ -71,16 +71,17 @@ def _overrides(out: Path, steps: int, quick: bool) -> list[str]:
     return sets
 
 
-def _system_run(out: Path, sets: list[str]) -> tuple[list[dict], float]:
+def _system_run(out: Path, sets: list[str], env_extra: dict[str, str] | None = None) -> tuple[list[dict], float]:
     """Run `atgrpo-train` to the end: its training rows, and its start-up time (from the command's
     start to the end of step 1, less step 1's own time: process starts, placement, the start
-    evaluation, the actors joining)."""
+    evaluation, the actors joining). `env_extra` is set in the run's environment."""
     cmd = [sys.executable, "-m", "atgrpo.cli.train", str(BUILT_IN)]  # its figures are the answer-mode demo's
     for s in sets:
         cmd += ["--set", s]
     # As a user runs it: the bench CLI pins OMP_NUM_THREADS=1 for its one-core suites, not for this one.
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a Ray run's local instance on loopback only
+    env.update(env_extra or {})
     metrics = out / "metrics.jsonl"
     began = time.monotonic()
     first: float | None = None
@@ -194,11 +195,15 @@ def _launchers(
     return [step, start]
 
 
-def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
+def run(quick: bool, launchers_only: bool = False, store_only: bool = False) -> list[BenchRow]:
+    from atgrpo.bench import e2e_store  # it builds on this module's runs
+
     steps = 4 if quick else 8
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory(prefix="atgrpo-e2e-") as tmp:
         root = Path(tmp)
+        if store_only:
+            return e2e_store.run(root, steps, quick)
         models: Path | None = None
         figures: dict[tuple[str, str], dict[str, float]] = {}
         startup: dict[tuple[str, str], float] = {}
@@ -249,6 +254,7 @@ def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
         if launchers_only:
             return _launchers(root, steps, quick)
         rows += _launchers(root, steps, quick, figures["shared", "streaming"], startup["shared", "streaming"], models)
+        rows += e2e_store.run(root, steps, quick, models)
         ref = _in_process(reference_sets, steps)[1:] or [float("nan")]
         rows.append(
             BenchRow(
