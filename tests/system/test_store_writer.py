@@ -1,6 +1,7 @@
 """The weight store's writes off the training path (issue 48, item 3): with a 2 s write, `publish`
 returns at once, and actors only ever see complete versions; latest wins per policy; a failed
-background write is counted and the hub serves. Fixtures are those of test_hub.py."""
+background write is counted and the hub serves; under pipelining a unit leased mid-write names the
+version already readable, within the staleness bound. Fixtures are those of test_hub.py."""
 
 # ruff: noqa: F811  (the fixtures of test_hub.py, imported by name, are the tests' parameters)
 from __future__ import annotations
@@ -10,8 +11,9 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 import torch
-from test_hub import RUN, connect, make_hub  # noqa: F401  (fixtures)
+from test_hub import RUN, connect, finish, hello, make_hub, take_unit  # noqa: F401  (fixtures)
 
 from atgrpo.messages import WeightsMarker
 from atgrpo.transport import weight_store
@@ -121,3 +123,39 @@ def test_a_failed_background_write_is_counted_and_the_hub_serves(
     reader = StoreReader(tmp_path, RUN, run_nonce=hub.store.run_nonce, wait_s=0.0)
     _, got = reader.fetch(connect(hub, "a"), "shared", 1)
     assert same(got, weights(1)) and reader.counters["store/versions_from_hub"] == 1
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_a_unit_leased_mid_write_names_the_readable_version_only_under_pipelining(
+    make_hub, connect, tmp_path: Path, monkeypatch, max_staleness: int
+) -> None:
+    hub = make_hub({"shared": 0}, max_staleness=max_staleness, keep_versions=max_staleness + 1)
+    hub.store = StoreWriter(WeightStore(tmp_path, RUN, max_staleness + 2, run_nonce=new_run_nonce()))
+    hub.publish("shared", 0, weights(0))
+    assert hub.store.wait_idle(30.0) and hub.store.readable_versions() == {"shared": 0}
+    slow_files(monkeypatch, WRITE_DELAY_S)
+    hub.publish("shared", 1, weights(1))  # written for the next 2 s
+    hub.open_round(2, [10, 11], 1, split="train", greedy=False)  # the round trained next
+    hub.open_round(3, [12], 1, split="train", greedy=False)  # one step after it
+    clients = [connect(hub, name) for name in "abc"]
+    for c in clients:
+        hello(c)
+    units = [take_unit(c) for c in clients]
+    assert [u.step for u in units] == [2, 2, 3]
+    mid_write = [u.versions["shared"] for u in units]
+    assert hub.store.readable_versions() == {"shared": 0}, "the write ended before the units were leased"
+    if max_staleness:
+        # Round 2 is trained at version 1: its samples of version 0 are one version old, admitted.
+        # Round 3 is trained at version 2 at the latest: it must name version 1, written or not.
+        assert mid_write == [0, 0, 1]
+        assert hub.metrics()["hub/units_on_readable_version"] == 2
+    else:
+        assert mid_write == [1, 1, 1]  # strictly on-policy, the newest version whatever the store
+        assert "hub/units_on_readable_version" not in hub.metrics()
+    for c, u in zip(clients, units):
+        finish(c, u, tag=1)  # every sample admitted: none is past the bound
+    assert hub.store.wait_idle(30.0) and hub.store.readable_versions() == {"shared": 1}
+    hub.open_round(4, [13], 1, split="train", greedy=False)
+    late = connect(hub, "d")
+    hello(late)
+    assert take_unit(late).versions == {"shared": 1}  # once written, the newest again

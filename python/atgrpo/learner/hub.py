@@ -138,6 +138,11 @@ class Hub(HubLoop):
             self._weights.put(policy, version, messages)
             self._warn_hub_weights()
 
+    def _readable_versions(self) -> dict[str, int] | None:
+        """Per policy, the newest version complete in a background-written store (None: no such store,
+        every published version is readable at once: `lease_versions`)."""
+        return self.store.readable_versions() if isinstance(self.store, StoreWriter) else None
+
     @property
     def run_nonce(self) -> str:
         """The learner session's nonce actors are welcomed with: the one its weight store writes under."""

@@ -7,7 +7,10 @@ whose connection is receiving chunks is renewed), then expires the leases that m
 
 Units are handed out evaluation rounds first, then the oldest step, one at a time per connection;
 a unit names the policy versions current when it is LEASED (not when its round opened), so an actor
-always rolls out with the newest published weights and switches versions only between units.
+always rolls out with the newest published weights and switches versions only between units. Under
+pipelining with the weight store written in the background, a unit leased while the newest version
+is still being written names the newest readable one instead, where the staleness bound allows it
+(`lease_versions`; counted in `hub/units_on_readable_version`).
 
 Intake (`intake.py`): every admitted sample is checked against its unit and policy before it is
 staged, and the unit is checked whole with its `last` batch. A unit fault (what no honest actor
@@ -41,6 +44,7 @@ import msgspec
 from atgrpo.learner.hub_rounds import CommittedUnit, Lease, Round
 from atgrpo.learner.hub_weights import Transfers, WeightsCache
 from atgrpo.learner.intake import Fault, IntakeLimits, UnitIntake
+from atgrpo.learner.lease_versions import lease_versions
 from atgrpo.learner.ledger import VersionLedger
 from atgrpo.messages import (
     PROTOCOL_VERSION,
@@ -93,6 +97,9 @@ class HubLoop:
 
     def _warn_hub_weights(self) -> None:
         raise NotImplementedError  # `Hub._warn_hub_weights`
+
+    def _readable_versions(self) -> dict[str, int] | None:
+        raise NotImplementedError  # `Hub._readable_versions`
 
     def _serve(self) -> None:
         try:
@@ -168,8 +175,16 @@ class HubLoop:
             # An actor rolls out one unit at a time; a second lease would only let one connection
             # hoard the step's units until they time out.
             return NoWork(self.retry_after_s, f"this connection already holds unit {held[0]}")
-        # Versions are named at lease time: the newest published weights, whenever the round opened.
-        unit = msgspec.structs.replace(rnd.pending.popleft(), versions=dict(self.ledger.versions))
+        # Versions are named at lease time: the newest published weights, whenever the round opened;
+        # under pipelining, the newest readable in the store while the newest is still written.
+        versions = dict(self.ledger.versions)
+        if rnd.split == "train":
+            oldest = min(r.step for r in rounds if r.split == "train")  # trained next (`lease_versions`)
+            named = lease_versions(versions, self._readable_versions(), self.ledger.max_staleness, rnd.step - oldest)
+            if named != versions:
+                self.counters["units_on_readable_version"] += 1
+            versions = named
+        unit = msgspec.structs.replace(rnd.pending.popleft(), versions=versions)
         rnd.leases[unit.unit_id] = Lease(unit, actor, time.monotonic() + self.unit_timeout_s, peer)
         rnd.staged[unit.unit_id] = UnitIntake(unit, self.limits)
         self.counters["units_assigned"] += 1

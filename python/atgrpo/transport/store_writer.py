@@ -14,6 +14,9 @@ Invariants:
   names any more; an actor asked for one fetches it from the hub after its marker wait.
 - A failed write (a full or lost filesystem, `OSError`; or any bug) is logged and counted
   (`weights_store_failed`), never raised: actors fetch that version from the hub.
+- `readable_versions` names, per policy, the newest version written whole; the hub's leases may
+  name it while a newer one is being written (`learner.lease_versions`). A failed write never
+  becomes readable.
 - The messages submitted are the hub's reply cache for the version (zero-copy views of an immutable
   snapshot, `hub_weights`); nothing here writes to them.
 """
@@ -41,6 +44,7 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._pending: dict[str, tuple[int, Messages]] = {}
+        self._readable: dict[str, int] = {}
         self._busy = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="atgrpo-store-writer", daemon=True)
@@ -59,6 +63,11 @@ class StoreWriter:
                 self.counters["weights_store_superseded"] += 1
             self._pending[policy] = (version, messages)
             self._changed.notify_all()
+
+    def readable_versions(self) -> dict[str, int]:
+        """Per policy, the newest version written whole (its directory renamed into place)."""
+        with self._lock:
+            return dict(self._readable)
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Block until every submitted version is written (or dropped); False if `timeout_s` passed first."""
@@ -115,6 +124,7 @@ class StoreWriter:
                 else:
                     self.counters["weights_store_bytes"] += written
                     self.counters["weights_store_versions"] += 1
+                    self._readable[policy] = max(version, self._readable.get(policy, version))
                 self._changed.notify_all()
 
 
