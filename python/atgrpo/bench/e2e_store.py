@@ -7,8 +7,10 @@ NFS). The row is the step time with the slow write against the step time without
 
 Rank 0 writes a version in a thread of its own (`transport/store_writer.py`), so the learner never
 waits on it. What can wait is an actor that needs the version to roll out its next unit:
-- pipelined (`max_staleness=1`): the actors roll out step s+1 with the weights they hold while version
-  s is written, so a write shorter than that rollout is hidden (the target: under 10% growth);
+- pipelined (`max_staleness=1`): a unit leased while version s is still being written names the
+  version before it, readable and within the bound (`learner/lease_versions.py`), so the actors roll
+  out on while the write goes on; a write shorter than a step's rollout is hidden (the target: under
+  10% growth);
 - streaming (`max_staleness=0`, strictly on-policy): step s+1's samples must come from version s, so
   no unit of it can start before the version is readable; the write is on that path by definition, as
   a hub transfer is. The row is measured and has no target.
@@ -40,13 +42,15 @@ def _slow_env(delay_s: float) -> dict[str, str]:
 
 
 def _store_figures(rows: list[dict], actors: int) -> dict[str, float]:
-    """The step figures, and the store's own: how long a write took (the delay must show there),
-    and how many versions went to the store and how many weights replies the hub still served."""
+    """The step figures, and the store's own: how long a write took (the delay must show there), how
+    many versions went to the store, how many weights replies the hub still served, and how many units
+    named an older, readable version while a newer one was written."""
     fig = e2e._figures(rows, actors)
     measured = rows[1:] or rows
     fig["store_write_s"] = statistics.median(r.get("hub/weights_store_write_s", 0.0) for r in measured)
     fig["store_versions"] = float(rows[-1].get("hub/weights_store_versions", 0))
     fig["hub_weights_replies"] = float(rows[-1].get("transport/weights_replies", 0))
+    fig["units_on_readable_version"] = float(rows[-1].get("hub/units_on_readable_version", 0))
     return fig
 
 
