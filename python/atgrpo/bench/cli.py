@@ -81,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         module = importlib.import_module({**SUITES, **LONG}[name])
         if name == "e2e":
-            rows += module.run(args.quick, launchers_only=args.launchers_only, store_only=args.store_only)
+            from atgrpo.bench import e2e_store
+
+            if not args.store_only:
+                rows += module.run(args.quick, launchers_only=args.launchers_only)
+            if not args.launchers_only:
+                rows += e2e_store.run(args.quick)
             continue
         if name != "gpu":
             rows += module.run(args.quick)

@@ -195,15 +195,15 @@ def _launchers(
     return [step, start]
 
 
-def run(quick: bool, launchers_only: bool = False, store_only: bool = False) -> list[BenchRow]:
-    from atgrpo.bench import e2e_store  # it builds on this module's runs
+def steps_of(quick: bool) -> int:
+    return 4 if quick else 8
 
-    steps = 4 if quick else 8
+
+def run(quick: bool, launchers_only: bool = False) -> list[BenchRow]:
+    steps = steps_of(quick)
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory(prefix="atgrpo-e2e-") as tmp:
         root = Path(tmp)
-        if store_only:
-            return e2e_store.run(root, steps, quick)
         models: Path | None = None
         figures: dict[tuple[str, str], dict[str, float]] = {}
         startup: dict[tuple[str, str], float] = {}
@@ -254,7 +254,6 @@ def run(quick: bool, launchers_only: bool = False, store_only: bool = False) -> 
         if launchers_only:
             return _launchers(root, steps, quick)
         rows += _launchers(root, steps, quick, figures["shared", "streaming"], startup["shared", "streaming"], models)
-        rows += e2e_store.run(root, steps, quick, models)
         ref = _in_process(reference_sets, steps)[1:] or [float("nan")]
         rows.append(
             BenchRow(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+import tempfile
 from pathlib import Path
 
 from atgrpo.bench import e2e
@@ -54,7 +55,14 @@ def _store_figures(rows: list[dict], actors: int) -> dict[str, float]:
     return fig
 
 
-def run(root: Path, steps: int, quick: bool, models: Path | None = None) -> list[BenchRow]:
+def run(quick: bool) -> list[BenchRow]:
+    """The store's rows, from runs in a temporary folder (the first makes the warm-started model)."""
+    with tempfile.TemporaryDirectory(prefix="atgrpo-e2e-store-") as tmp:
+        return _rows(Path(tmp), e2e.steps_of(quick), quick)
+
+
+def _rows(root: Path, steps: int, quick: bool) -> list[BenchRow]:
+    models: Path | None = None
     figures: dict[tuple[str, float], dict[str, float]] = {}
     # Split cores (learner on one, actors on the other), as e2e's other targets: learner and actors on
     # separate accelerators, as on a cluster. On shared cores an actor that waits for a version frees

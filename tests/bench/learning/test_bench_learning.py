@@ -204,7 +204,7 @@ def test_help_lists_the_suites_and_the_subcommands(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert all(name in out for name in suites.SUITES)
     listed = out.split("subcommands (each with its own --help):\n")[1]
-    assert re.findall(r"^  (\w+) ", listed, re.M) == list(cli.SUBCOMMANDS) == ["report", "steps", "warmstart"]
+    assert re.findall(r"^  (\w+) ", listed, re.M) == list(cli.SUBCOMMANDS) == ["report", "steps", "warmstart", "forks"]
     for name in ("report", "steps"):  # warmstart's --help: its own test file (it imports torch)
         with pytest.raises(SystemExit) as done:
             bench_cli.main(["learning", name, "--help"])
