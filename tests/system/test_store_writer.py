@@ -159,3 +159,33 @@ def test_a_unit_leased_mid_write_names_the_readable_version_only_under_pipelinin
     late = connect(hub, "d")
     hello(late)
     assert take_unit(late).versions == {"shared": 1}  # once written, the newest again
+
+
+def test_once_the_step_in_training_is_drained_the_next_round_is_not_given_its_slack(
+    make_hub, connect, tmp_path: Path, monkeypatch
+) -> None:
+    # Step 2 trains at version 1, still being written: its unit may name version 0. Once the learner
+    # has taken every unit of step 2 its round is deleted, but its update is not published yet:
+    # step 3 will train at version 2, so at k=1 its unit must name version 1, written or not
+    # (version 0 would be two versions old and refused).
+    hub = make_hub({"shared": 0}, max_staleness=1, keep_versions=2)
+    hub.store = StoreWriter(WeightStore(tmp_path, RUN, 3, run_nonce=new_run_nonce()))
+    hub.publish("shared", 0, weights(0))
+    assert hub.store.wait_idle(30.0)
+    slow_files(monkeypatch, WRITE_DELAY_S)
+    hub.publish("shared", 1, weights(1))
+    hub.open_round(2, [10], 1, split="train", greedy=False)
+    first = connect(hub, "a")
+    hello(first)
+    unit = take_unit(first)
+    assert unit.versions == {"shared": 0}
+    finish(first, unit, tag=1)
+    while hub.take(stall_timeout_s=5.0) is not None:  # the learner takes step 2 whole
+        pass
+    hub.open_round(3, [11], 1, split="train", greedy=False)
+    late = connect(hub, "b")
+    hello(late)
+    assert hub.store.readable_versions() == {"shared": 0}, "the write ended before the unit was leased"
+    assert take_unit(late).versions == {"shared": 1}
+    assert hub.metrics()["hub/units_on_readable_version"] == 1
+    assert hub.store.wait_idle(30.0)

@@ -101,6 +101,7 @@ class Hub(HubLoop):
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._rounds: dict[int, Round] = {}
+        self._training_step: int | None = None
         self._next_round = 0
         self._next_unit = 0
         self._weights = WeightsCache(self.keep_versions)
@@ -232,6 +233,10 @@ class Hub(HubLoop):
             waiting_since = time.monotonic()
             if rnd.first_wait is None:
                 rnd.first_wait = waiting_since
+            if rnd.split == "train":
+                self._training_step = max(
+                    rnd.step, self._training_step if self._training_step is not None else rnd.step
+                )
             while not rnd.committed:
                 if rnd.drained:
                     del self._rounds[rnd.round_id]

@@ -86,6 +86,8 @@ class HubLoop:
     _lock: threading.Lock
     _changed: threading.Condition
     _rounds: dict[int, Round]
+    _training_step: int | None
+    """The newest training step whose round the learner has begun taking (`Hub.take`); None before."""
     _weights: WeightsCache
     _transfers: Transfers
     _stopping: str | None
@@ -179,8 +181,9 @@ class HubLoop:
         # under pipelining, the newest readable in the store while the newest is still written.
         versions = dict(self.ledger.versions)
         if rnd.split == "train":
-            oldest = min(r.step for r in rounds if r.split == "train")  # trained next (`lease_versions`)
-            named = lease_versions(versions, self._readable_versions(), self.ledger.max_staleness, rnd.step - oldest)
+            named = lease_versions(
+                versions, self._readable_versions(), self.ledger.max_staleness, rnd.step - self._trained_at(rounds)
+            )
             if named != versions:
                 self.counters["units_on_readable_version"] += 1
             versions = named
@@ -189,6 +192,14 @@ class HubLoop:
         rnd.staged[unit.unit_id] = UnitIntake(unit, self.limits)
         self.counters["units_assigned"] += 1
         return unit
+
+    def _trained_at(self, rounds: list[Round]) -> int:
+        """The step trained at the current versions: the newest the learner has begun taking (its
+        round is deleted once drained, before the step publishes), else the oldest open training round.
+        Past that step's publication it is one step behind, so a round ahead gets less slack, never more."""
+        if self._training_step is not None:
+            return self._training_step
+        return min(r.step for r in rounds if r.split == "train")
 
     def _round_of(self, unit_id: int) -> Round | None:
         return next((r for r in self._rounds.values() if unit_id in r.leases), None)

@@ -7,10 +7,13 @@ training path (issue 48, item 3). Under pipelining (`train.max_staleness = k >= 
 instead name the newest version already readable in the store, as long as every sample it makes is
 still at most k versions old when it is trained.
 
-The bound: open training rounds are trained in step order, one published version apart. The oldest
-open training round is trained next, at the current version v, and a round j steps after it at
-v + j at the latest (a policy that publishes less often is further behind, never ahead). So a unit
-of that round may name any version u >= v - (k - j); with j >= k only v itself.
+The bound: training steps are trained in order, one published version apart. The step the learner
+is training (or, before it takes any, the oldest open training round) is trained at the current
+version v, and a round j steps after it at v + j at the latest (a policy that publishes less often
+is further behind, never ahead). So a unit of that round may name any version u >= v - (k - j);
+with j >= k only v itself. The step in training is the hub's to know (`HubLoop._trained_at`): its
+round is deleted once the learner has taken every unit, before the step's update is published, so
+the oldest open round is then one step ahead of it.
 
 Invariants:
 - Strict on-policy (k = 0), evaluation rounds, and a hub without a background store: the current
@@ -30,7 +33,7 @@ def lease_versions(
 ) -> dict[str, int]:
     """The versions a training unit names. `current`: the newest published per policy; `readable`:
     the newest complete in the store per policy (None: no background store); `steps_ahead`: how many
-    steps the unit's round is after the oldest open training round (>= 0)."""
+    steps the unit's round is after the step trained at `current` (>= 0)."""
     slack = max_staleness - max(0, steps_ahead)
     if readable is None or slack <= 0:
         return dict(current)

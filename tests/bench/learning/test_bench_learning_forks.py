@@ -43,3 +43,16 @@ def test_a_run_that_is_not_program_mode_is_refused(tmp_path: Path, capsys) -> No
     run = _run_folder(tmp_path, "envs/planpath/train_program.toml", 'task.tool_mode="answer"')
     assert main([str(run)]) == 1
     assert "not a program-mode run" in capsys.readouterr().err
+
+
+def test_only_complete_checkpoints_are_read_in_step_order(tmp_path: Path) -> None:
+    import shutil
+
+    run = _run_folder(tmp_path, "envs/sudoku/train_program.toml")
+    cfg = load_config(run / "config.toml")
+    for step, complete in ((40, True), (20, True), (60, False)):  # step 60: a crashed write
+        folder = run / "checkpoints" / f"step_{step:06d}"
+        shutil.copytree(run / "models" / "shared", folder / "shared" / "model")
+        if complete:
+            (folder / "COMPLETE").touch()
+    assert [label for label, _ in models_of(run, cfg)] == ["warm start", "step 20", "step 40"]

@@ -25,12 +25,19 @@ TOOL = "tool"
 
 
 def models_of(run: Path, cfg: RunConfig) -> list[tuple[str, Path]]:
-    """(label, model folder) of the tool's policy: the warm-started one, then each checkpoint's."""
+    """(label, model folder) of the tool's policy: the warm-started one, then each complete
+    checkpoint's in step order (a half-written one is not read)."""
+    from atgrpo.learner.checkpoints import latest_checkpoint
+    from atgrpo.learner.retention import list_entries
+
     policy = cfg.agent_policy()[TOOL]
+    root = run / "checkpoints"
+    latest = latest_checkpoint(root)
+    entries = sorted(
+        (e for e in list_entries(root, latest.name if latest else None) if e.complete), key=lambda e: e.step
+    )
     found = [("warm start", run / "models" / policy)]
-    for ckpt in sorted((run / "checkpoints").glob("step_*")):
-        if (ckpt / policy / "model").is_dir():
-            found.append((f"step {int(ckpt.name.split('_')[1])}", ckpt / policy / "model"))
+    found += [(f"step {e.step}", root / e.name / policy / "model") for e in entries]
     return [(label, folder) for label, folder in found if (folder / "config.json").is_file()]
 
 
