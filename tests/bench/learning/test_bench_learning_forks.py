@@ -56,3 +56,14 @@ def test_only_complete_checkpoints_are_read_in_step_order(tmp_path: Path) -> Non
         if complete:
             (folder / "COMPLETE").touch()
     assert [label for label, _ in models_of(run, cfg)] == ["warm start", "step 20", "step 40"]
+
+
+def test_bad_input_is_refused_saying_why(tmp_path: Path, capsys) -> None:
+    assert main([str(tmp_path)]) == 1
+    assert "no config.toml" in capsys.readouterr().err
+    (tmp_path / "config.toml").write_text("[run\nsteps = ")
+    assert main([str(tmp_path)]) == 1
+    assert str(tmp_path / "config.toml") in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path), "--levels", "0"])
+    assert exited.value.code == 2 and "--levels must be at least 1" in capsys.readouterr().err

@@ -90,11 +90,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--levels", type=int, default=40, help="held-out levels (eval seeds 0..N-1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    if args.levels < 1:
+        parser.error(f"--levels must be at least 1, got {args.levels}")
     config = args.run / "config.toml"
     if not config.is_file():
         print(f"atgrpo-bench learning forks: {args.run}: no config.toml (not a run folder)", file=sys.stderr)
         return 1
-    cfg = load_config(config)
+    try:
+        cfg = load_config(config)
+    except (OSError, ValueError) as exc:  # unreadable, not TOML, or not a valid run config
+        print(f"atgrpo-bench learning forks: {config}: {exc}", file=sys.stderr)
+        return 1
     if cfg.task.tool_mode != "program" or TOOL not in (cfg.task.roles or []):
         print(f"atgrpo-bench learning forks: {config} is not a program-mode run with a tool agent", file=sys.stderr)
         return 1
