@@ -52,7 +52,13 @@ def simulated_cluster(head: dict, workers: list[dict]) -> Iterator:
     import ray
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **head})
+    from atgrpo.learner.distributed import free_port
+
+    # The head's dashboard agent would listen on Ray's fixed default port (52365): a cluster of the
+    # other pytest worker then holds it, this agent never serves, and the job API answers "No available
+    # agent" (CI, 2026-12-02). A free port keeps two simulated clusters apart.
+    args = {"include_dashboard": False, "dashboard_agent_listen_port": free_port(), **head}
+    c = Cluster(initialize_head=True, head_node_args=args)
     try:
         for args in workers:
             c.add_node(**args)

@@ -30,6 +30,10 @@ pytestmark = pytest.mark.integration
 REFUSED_WITHIN_S = 60.0
 """A refused run's budget on a loaded 2-core machine (Ray's job start and the driver's imports)."""
 
+AGENT_WITHIN_S = 120.0
+"""How long the head's job agent may take to register (a process the raylet starts, on a loaded
+machine): this bounds a hang, not speed."""
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, str]]:
@@ -59,7 +63,9 @@ def test_a_job_with_a_relative_out_dir_is_refused_saying_how(cluster: tuple[Clus
     client = wait_for(lambda: _client(dashboard), 60, "the dashboard's job server")
     env = {k: v for k, v in child_env().items() if k.startswith(("OMP_", "RAY_ENABLE", "PYTHON"))}
     job = wait_for(
-        lambda: _submit(client, entry, {"working_dir": str(work), "env_vars": env}), 60, "a job agent to take the job"
+        lambda: _submit(client, entry, {"working_dir": str(work), "env_vars": env}),
+        AGENT_WITHIN_S,
+        "a job agent to take the job",
     )
     began = time.monotonic()
     done = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
@@ -97,6 +103,8 @@ def _client(address: str):
 
 
 def test_a_node_that_cannot_see_out_dir_fails_the_run_naming_it(cluster: tuple[Cluster, str], tmp_path: Path) -> None:
+    from atgrpo.learner.distributed import free_port
+
     c, _ = cluster
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -114,6 +122,7 @@ def test_a_node_that_cannot_see_out_dir_fails_the_run_naming_it(cluster: tuple[C
             f"--address={c.address}",
             "--node-ip-address=127.0.0.1",
             "--num-cpus=1",
+            f"--dashboard-agent-listen-port={free_port()}",  # not the default, which another cluster may hold
             "--resources=" + json.dumps({"blind_slot": 1}),
             "--block",
         ]

@@ -37,7 +37,8 @@ from atgrpo.workflows.prompts import encode_prompt
 
 pytestmark = pytest.mark.integration
 
-RUN_S = 280.0
+RUN_S = 480.0
+"""A hang's bound, not a speed test: the vLLM run took over 280 s in CI beside the other pytest worker."""
 MISMATCH_MAX = 1e-3
 DATASETS = Path(os.environ.get("ATGRPO_DATASETS_DIR") or Path(__file__).resolve().parents[3] / "shared" / "datasets")
 
