@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from atgrpo.sandbox import Sandbox, Verdict, function_program, humaneval_program, stdio_program
-from tests.sandbox.conftest import assert_still_works, make
+from tests.sandbox.conftest import assert_still_works, bomb_pool
 
 
 def run_one(sb: Sandbox, code: str, expected: str | None = "ok") -> tuple[str, str, bytes, str]:
@@ -67,17 +67,11 @@ def test_fork_bomb(sandbox: Sandbox) -> None:
 
 
 def test_memory_bomb(sandbox: Sandbox) -> None:
-    # Its own pool with a 10 s wall limit: touching 256 MiB page by page took over the module's 1 s on
-    # a loaded slow machine (2026-12-02), and this test is about which limit stops the bomb.
-    mode = "namespaces" if sandbox.config.namespaces else "fallback"
-    bombed = make(mode, workers=1, timeout_s=10.0)
-    try:
+    with bomb_pool(sandbox) as bombed:
         verdict, detail, _, _ = run_one(bombed, "chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))\n")
         assert verdict == Verdict.MEMORY_LIMIT, detail
         assert run_one(bombed, "x = 'a' * (1 << 40)\n")[0] == Verdict.MEMORY_LIMIT
         assert_still_works(bombed)
-    finally:
-        bombed.close()
 
 
 def test_a_gigabyte_of_output(sandbox: Sandbox) -> None:

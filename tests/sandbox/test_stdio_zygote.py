@@ -13,7 +13,7 @@ import pytest
 
 import atgrpo
 from atgrpo.sandbox import Sandbox, Verdict, stdio_program
-from tests.sandbox.conftest import assert_still_works, make
+from tests.sandbox.conftest import assert_still_works, bomb_pool, make
 
 PROJECT_FILE = Path(atgrpo.__file__).resolve()
 
@@ -93,18 +93,8 @@ def test_a_printing_program_gets_the_same_stdout_and_verdict_on_both_paths(
 ) -> None:
     code, verdict = PROGRAMS[name]
     if name == "memory bomb":
-        # Pools of their own with a 10 s wall limit: touching 256 MiB took over the pair's 1 s on a
-        # loaded slow machine (2026-12-02), and the verdict compared is the memory limit's.
-        mode = "namespaces" if pair[0].config.namespaces else "fallback"
-        bomb_pair = (
-            make(mode, workers=1, stdio_zygote=True, timeout_s=10.0),
-            make(mode, workers=1, stdio_zygote=False, timeout_s=10.0),
-        )
-        try:
-            new, old = (sb.run(stdio_program(code, [("", None)])).tests[0] for sb in bomb_pair)
-        finally:
-            for sb in bomb_pair:
-                sb.close()
+        with bomb_pool(pair[0], stdio_zygote=True) as zygote, bomb_pool(pair[0], stdio_zygote=False) as direct:
+            new, old = (sb.run(stdio_program(code, [("", None)])).tests[0] for sb in (zygote, direct))
     else:
         new, old = (sb.run(stdio_program(code, [("", None)])).tests[0] for sb in pair)
     assert new.verdict == old.verdict == verdict, (name, new, old)

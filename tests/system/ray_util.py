@@ -57,8 +57,8 @@ def simulated_cluster(head: dict, workers: list[dict]) -> Iterator:
     # The head's dashboard agent would listen on Ray's fixed default port (52365): a cluster of the
     # other pytest worker then holds it, this agent never serves, and the job API answers "No available
     # agent" (CI, 2026-12-02). A free port keeps two simulated clusters apart.
-    args = {"include_dashboard": False, "dashboard_agent_listen_port": free_port(), **head}
-    c = Cluster(initialize_head=True, head_node_args=args)
+    head_args = {"include_dashboard": False, "dashboard_agent_listen_port": free_port(), **head}
+    c = Cluster(initialize_head=True, head_node_args=head_args)
     try:
         for args in workers:
             c.add_node(**args)
