@@ -157,15 +157,19 @@ def run_train(
     config: Path | None = None,
     timeout_s: float = RUN_TIMEOUT_S,
     extra_args: tuple[str, ...] = (),
+    python_tree: Path | None = None,
 ) -> Run:
-    """Run `atgrpo-train` to the end (with a hard timeout that kills the whole process tree)."""
+    """Run `atgrpo-train` to the end (with a hard timeout that kills the whole process tree).
+    `python_tree`: another source tree's `python/` folder, imported instead of the installed atgrpo
+    (by the run and every process it starts)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # No file would be the program demo (atgrpo.cli.common.DEMO): these runs are the built-in defaults'.
     cmd = module_cmd("atgrpo.cli.train", str(config or BUILT_IN), *set_args(sets), *extra_args)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True
-    )
+    env = child_env()
+    if python_tree is not None:
+        env["PYTHONPATH"] = str(python_tree)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
